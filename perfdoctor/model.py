@@ -1,0 +1,120 @@
+"""The data model every stage shares: Timelines in, Report out.
+
+A :class:`Timeline` is one GPU as seen from one process (DESIGN §2). Its event tables are pandas
+DataFrames over numpy columns, read in bulk; times are integer nanoseconds on the timeline of the
+file they came from (``TraceInfo.session_start_utc_ns`` aligns files). Strings (kernel names, NVTX text)
+are resolved once per file, so measurements never touch the SQLite file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    """Properties of one device, from ``TARGET_INFO_GPU`` (or ``TARGET_INFO_CUDA_DEVICE`` in 2026 exports)."""
+
+    device_id: int
+    name: str | None = None
+    sm_count: int | None = None
+    total_memory: int | None = None
+    clock_rate_hz: int | None = None
+    memory_bandwidth: int | None = None
+    compute_capability: str | None = None
+    bus_location: str | None = None
+    uuid: str | None = None
+
+
+@dataclass
+class TraceInfo:
+    """What one input file is: exporter and schema versions, capture settings and environment."""
+
+    path: Path
+    format: str  # "nsys-sqlite"
+    product_version: str | None  # e.g. "2026.2.1.210"
+    schema_version: str | None  # EXPORT_SCHEMA_VERSION, e.g. "3.25.0"
+    meta_table: str  # META_DATA_EXPORT (>= 2023.4) or EXPORT_META_DATA (<= 2022.4)
+    session_start_utc_ns: int | None
+    has_cuda: bool
+    env: dict[str, str] = field(default_factory=dict)  # captured environment (META_DATA_CAPTURE)
+    hostname: str | None = None
+    gpus: dict[int, GpuInfo] = field(default_factory=dict)
+    tables: frozenset[str] = frozenset()
+    counts: dict[str, int] = field(default_factory=dict)  # rows per event table, for the summary
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def nsys_version(self) -> str | None:
+        """Release as users say it ("2026.2"), from the product version string."""
+        if not self.product_version:
+            return None
+        parts = self.product_version.split(".")
+        return ".".join(parts[:2])
+
+
+@dataclass
+class Timeline:
+    """One (process, device) of one trace file.
+
+    ``device_id`` is ``None`` for a process that ran no CUDA work (CPU-only capture): such a
+    timeline still carries its NVTX ranges and OS-runtime counts.
+
+    Tables (pandas DataFrames, integer ns, one row per event):
+      kernels   start end stream correlation_id launch_type grid_x grid_y grid_z block_x block_y block_z
+                short_name demangled_name (categoricals)
+      memcpy    start end stream correlation_id bytes copy_kind
+      memset    start end stream correlation_id bytes
+      sync      start end stream correlation_id sync_type
+      api       start end tid correlation_id name event_class   (CUDA runtime/driver calls of this process)
+      nvtx      start end event_type tid end_tid domain text range_id category int_value double_value
+                (ranges have end >= start; marks have end == -1)
+    """
+
+    trace: TraceInfo
+    pid: int
+    global_pid: int
+    device_id: int | None
+    kernels: pd.DataFrame
+    memcpy: pd.DataFrame
+    memset: pd.DataFrame
+    sync: pd.DataFrame
+    api: pd.DataFrame
+    nvtx: pd.DataFrame
+    thread_names: dict[int, str] = field(default_factory=dict)
+    process_name: str | None = None
+    osrt_calls: int = 0
+    rank: int | None = None
+    rank_source: str | None = None  # nvtx-mark | env | manifest | file-order
+
+    @property
+    def gpu(self) -> GpuInfo | None:
+        if self.device_id is None:
+            return None
+        return self.trace.gpus.get(self.device_id)
+
+    @property
+    def label(self) -> str:
+        """Short human name: ``rank 0 · pid 144 · GPU 0``."""
+        bits = []
+        if self.rank is not None:
+            bits.append(f"rank {self.rank}")
+        bits.append(f"pid {self.pid}")
+        bits.append(f"GPU {self.device_id}" if self.device_id is not None else "no GPU")
+        return " · ".join(bits)
+
+
+@dataclass
+class Run:
+    """All timelines of one analysis (one file, several files, or a run directory)."""
+
+    traces: list[TraceInfo]
+    timelines: list[Timeline]
+    config: dict[str, Any] = field(default_factory=dict)
+    config_sources: dict[str, str] = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
