@@ -118,3 +118,52 @@ class Run:
     config: dict[str, Any] = field(default_factory=dict)
     config_sources: dict[str, str] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+
+
+@dataclass
+class DeviceSummary:
+    """What one timeline did: the breakdown ``perfdoctor analyze`` prints per device.
+
+    Times are ns. ``category_ns`` sums kernel durations per category (overlapping kernels count twice,
+    as in nsys' kernel summary); ``busy_ns``, ``compute_ns`` and ``comm_ns`` are unions (wall time).
+    """
+
+    rank: int
+    label: str
+    pid: int
+    device_id: int | None
+    process_name: str | None
+    gpu_name: str | None
+    window: tuple[int, int] | None
+    step_source: str
+    step_ns: list[int]
+    kernel_count: int
+    comm_kernel_count: int
+    busy_ns: int
+    compute_ns: int
+    comm_ns: int
+    category_ns: dict[str, int]
+    category_count: dict[str, int]
+    collectives: dict[str, dict[str, int]]  # collective → {"count", "ns"}
+    comm_libraries: dict[str, int]  # library → kernel count
+    streams: list[dict[str, int]]  # {"stream", "kernels", "ns", "comm_kernels", "comm_ns"}
+    top_kernels: list[dict[str, Any]]  # {"name", "category", "count", "ns"}
+    memcpy_count: int
+    memset_count: int
+    cuda_api_calls: int
+    nvtx_ranges: int
+    nvtx_marks: int
+    nvtx_domains: dict[str, int]
+    osrt_calls: int
+
+
+@dataclass
+class Report:
+    """Everything an analysis produced; renderers only format it (DESIGN §5 is its JSON form)."""
+
+    tool_version: str
+    run: Run
+    devices: list[DeviceSummary]
+    metrics: dict[str, dict[str, Any]]  # {"all": {...}, "ranks": {"0": {...}}}
+    findings: list[dict[str, Any]] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)

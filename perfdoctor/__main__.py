@@ -1,0 +1,5 @@
+"""``python -m perfdoctor`` runs the CLI."""
+
+from perfdoctor.cli import main
+
+main()

@@ -1,0 +1,38 @@
+"""The pipeline, top to bottom: load → classify → measure → (diagnose) → Report.
+
+Renderers (``perfdoctor.render``) turn the Report into terminal tables, JSON, HTML or Markdown;
+nothing here formats output.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from perfdoctor import __version__
+from perfdoctor.classify.timeline import copy_classes, kernel_classes
+from perfdoctor.load.run import load_run
+from perfdoctor.measure.breakdown import activity_window, summarize
+from perfdoctor.measure.metrics import across_ranks, timeline_metrics
+from perfdoctor.measure.steps import find_steps
+from perfdoctor.model import Report
+
+
+def analyze(paths: list[Path], config: dict[str, Any] | None = None) -> Report:
+    """Analyse trace files or run directories into one Report."""
+    run = load_run(paths, config)
+    devices, per_rank = [], {}
+    for tl in run.timelines:
+        kcls = kernel_classes(tl.kernels)
+        ccls = copy_classes(tl.memcpy)
+        window = activity_window(tl)
+        steps = find_steps(tl, window) if window else None
+        devices.append(summarize(tl, kcls, ccls, steps))
+        if steps is not None:
+            per_rank[str(tl.rank)] = timeline_metrics(tl, kcls, ccls, steps)
+    warnings = list(run.warnings)
+    if any(d.step_source == "window" for d in devices if d.window):
+        warnings.append("no step markers found (perfdoctor `step` or `ProfilerStep#N` ranges): "
+                        "the whole capture window is treated as one step")
+    return Report(tool_version=__version__, run=run, devices=devices,
+                  metrics={"all": across_ranks(per_rank), "ranks": per_rank}, warnings=warnings)

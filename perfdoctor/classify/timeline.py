@@ -1,0 +1,43 @@
+"""Attach the kernel taxonomy to a timeline's kernels and copies.
+
+The taxonomy works on distinct names (a trace has hundreds, not millions): each distinct
+(short, demangled) pair is classified once and the result is broadcast back with integer codes.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from perfdoctor.classify.kernels import classify_memcpy, classify_names
+
+
+def kernel_classes(kernels: pd.DataFrame) -> pd.DataFrame:
+    """Columns ``category``, ``collective``, ``library`` (None where not applicable), aligned with ``kernels``."""
+    if not len(kernels):
+        return pd.DataFrame({"category": [], "collective": [], "library": []}, dtype=object)
+    short = kernels["short_name"].cat
+    demangled = kernels["demangled_name"].cat
+    pair = short.codes.to_numpy().astype(np.int64) * (len(demangled.categories) + 1) + demangled.codes.to_numpy()
+    _, first, inverse = np.unique(pair, return_index=True, return_inverse=True)
+    shorts = kernels["short_name"].to_numpy(dtype=object)[first]
+    demangleds = kernels["demangled_name"].to_numpy(dtype=object)[first]
+    category, collective, library = classify_names(list(shorts), list(demangleds))
+    return pd.DataFrame({
+        "category": np.asarray(category, dtype=object)[inverse],
+        "collective": np.asarray(collective, dtype=object)[inverse],
+        "library": np.asarray(library, dtype=object)[inverse],
+    })
+
+
+def copy_classes(memcpy: pd.DataFrame) -> pd.DataFrame:
+    """Taxonomy of memcpy rows from their copy kind: peer copies are communication."""
+    if not len(memcpy):
+        return pd.DataFrame({"category": [], "collective": [], "library": []}, dtype=object)
+    kinds, inverse = np.unique(memcpy["copy_kind"].to_numpy(), return_inverse=True)
+    classes = [classify_memcpy(int(k)) for k in kinds]
+    return pd.DataFrame({
+        "category": np.array([c.category for c in classes], dtype=object)[inverse],
+        "collective": np.array([c.collective for c in classes], dtype=object)[inverse],
+        "library": np.array([c.library for c in classes], dtype=object)[inverse],
+    })

@@ -1,0 +1,129 @@
+"""Command line: parses arguments, calls :mod:`perfdoctor.api`, maps errors to exit codes.
+
+Exit codes (DESIGN §5): 0 ok; 1 findings at or above ``--fail-on``; 2 bad usage or bad input (one
+line on stderr, never a traceback); 3 internal error. Heavy modules are imported inside the commands
+so that ``perfdoctor --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from typer.exceptions import TyperException
+
+from perfdoctor import __version__
+from perfdoctor.errors import PerfdoctorError, UsageError
+
+app = typer.Typer(
+    name="perfdoctor",
+    help="Why is this Megatron/NeMo training run slow, and which knob fixes it? Reads Nsight Systems traces.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+class OutputFormat(str, Enum):
+    terminal = "terminal"
+    json = "json"
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"perfdoctor {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                          help="Print the version and exit.")] = False,
+) -> None:
+    """perfdoctor: trace-based performance diagnosis for Megatron-Core training."""
+
+
+@app.command()
+def analyze(
+    paths: Annotated[list[Path], typer.Argument(help="nsys SQLite exports, or run directories holding them.")],
+    output_format: Annotated[OutputFormat, typer.Option("--format", "-f", help="Output format.")] =
+        OutputFormat.terminal,
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write to FILE instead of stdout.")] = None,
+    tp: Annotated[Optional[int], typer.Option(help="Tensor-parallel size, if the trace does not say.")] = None,
+    pp: Annotated[Optional[int], typer.Option(help="Pipeline-parallel size.")] = None,
+    vpp: Annotated[Optional[int], typer.Option(help="Virtual pipeline stages per rank.")] = None,
+    cp: Annotated[Optional[int], typer.Option(help="Context-parallel size.")] = None,
+    dp: Annotated[Optional[int], typer.Option(help="Data-parallel size.")] = None,
+    ep: Annotated[Optional[int], typer.Option(help="Expert-parallel size.")] = None,
+    num_microbatches: Annotated[Optional[int], typer.Option(help="Micro-batches per step.")] = None,
+) -> None:
+    """Measure where each GPU's time goes and print the breakdown."""
+    from perfdoctor import api
+
+    config = {"tp": tp, "pp": pp, "vpp": vpp, "cp": cp, "dp": dp, "ep": ep, "num_microbatches": num_microbatches}
+    report = api.analyze(paths, {k: v for k, v in config.items() if v is not None})
+    if output_format is OutputFormat.json:
+        from perfdoctor.render.json import render_json
+
+        _emit(render_json(report), output)
+    else:
+        from rich.console import Console
+
+        from perfdoctor.render.terminal import render_terminal
+
+        if output is None:
+            render_terminal(report, Console())
+        else:
+            with _open_output(output) as fh:
+                render_terminal(report, Console(file=fh, width=120, no_color=True))
+
+
+def _open_output(path: Path):
+    try:
+        return path.open("w", encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot write ({exc.strerror})") from None
+
+
+def _emit(text: str, output: Path | None) -> None:
+    if output is None:
+        sys.stdout.write(text)
+        return
+    with _open_output(output) as fh:
+        fh.write(text)
+
+
+def main() -> None:
+    """Console entry point: one line on stderr and the right exit code for every failure."""
+    try:
+        code = app(standalone_mode=False)
+    except PerfdoctorError as exc:
+        _fail(str(exc), exc.exit_code)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except typer.Abort:
+        _fail("aborted", 130)
+    except TyperException as exc:  # usage errors (typer's bundled click) carry their own exit code
+        if type(exc).__name__ == "NoArgsIsHelpError":
+            exc.show()  # prints the help, as click does
+            sys.exit(exc.exit_code)
+        _fail(f"{exc.format_message()} (see `perfdoctor --help`)", exc.exit_code)
+    except Exception as exc:
+        if os.environ.get("PERFDOCTOR_DEBUG"):
+            raise
+        _fail(f"internal error: {type(exc).__name__}: {exc} (set PERFDOCTOR_DEBUG=1 for a traceback)", 3)
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+def _fail(message: str, code: int) -> None:
+    first = message.strip().splitlines()[0] if message.strip() else "error"
+    sys.stderr.write(f"perfdoctor: {first}\n")
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,66 @@
+"""perfdoctor's own NVTX labels (DESIGN §4): parse ``kind key=value ...`` messages and capture marks.
+
+Only ranges and marks in the ``perfdoctor`` domain count; anything else is somebody else's label.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from perfdoctor.model import Timeline
+
+DOMAIN = "perfdoctor"
+CONFIG_KEYS = ("tp", "pp", "vpp", "cp", "dp", "ep", "num_microbatches", "micro_batch_size", "global_batch_size",
+               "seq_length", "hidden_size", "num_layers", "vocab_size", "sequence_parallel", "gpu")
+
+
+def parse_label(text: str) -> tuple[str, dict[str, str]]:
+    """``"comm op=all_reduce group=dp"`` → ``("comm", {"op": "all_reduce", "group": "dp"})``."""
+    kind, _, rest = text.partition(" ")
+    fields = {}
+    for token in rest.split():
+        key, eq, value = token.partition("=")
+        if eq:
+            fields[key] = value
+    return kind, fields
+
+
+def labelled(nvtx: pd.DataFrame, kind: str) -> pd.DataFrame:
+    """Rows of ``nvtx`` in the perfdoctor domain whose message starts with ``kind``."""
+    if not len(nvtx):
+        return nvtx
+    domain = nvtx["domain"].to_numpy(dtype=object)
+    text = nvtx["text"].to_numpy(dtype=object)
+    prefix = kind + " "
+    mask = np.array([d == DOMAIN and isinstance(t, str) and (t == kind or t.startswith(prefix))
+                     for d, t in zip(domain, text)], dtype=bool)
+    return nvtx[mask]
+
+
+def rank_mark(timeline: Timeline) -> dict[str, int] | None:
+    """The ``rank r=.. local=.. world=..`` mark of a process, if the capture hook wrote one."""
+    for text in labelled(timeline.nvtx, "rank")["text"]:
+        _, fields = parse_label(text)
+        try:
+            return {k: int(v) for k, v in fields.items()}
+        except ValueError:
+            continue
+    return None
+
+
+def config_mark(timeline: Timeline) -> dict[str, Any]:
+    """The ``config {json}`` mark of a process (parallel and model config known at capture time)."""
+    for text in labelled(timeline.nvtx, "config")["text"]:
+        try:
+            value = json.loads(text.partition(" ")[2])
+        except json.JSONDecodeError:
+            continue
+        if isinstance(value, dict):
+            return value
+    return {}

@@ -1,0 +1,431 @@
+"""Load an Nsight Systems SQLite export into Timelines, one per (process, device).
+
+Version-aware by construction: the exporter (``EXPORT_META_DATA`` up to 2022.4, ``META_DATA_EXPORT``
+from 2023.4) and schema version are recorded, and every read asks which tables and columns exist
+instead of relying on positions (research/nsys_schema.md §5). Missing tables mean "no data of that
+kind" because nsys creates tables lazily.
+
+The file is only ever read: see :mod:`perfdoctor.load.sqlite_export`.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from perfdoctor.errors import InputError
+from perfdoctor.load.sqlite_export import SqliteExport
+from perfdoctor.model import GpuInfo, Timeline, TraceInfo
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+# Newest export schema we have seen documented (nsys 2026.5); newer ones are read with a warning.
+KNOWN_SCHEMA = (3, 30)
+
+# NVTX event types (ENUM_NSYS_EVENT_TYPE; identical from 2022.4 to 2026.x).
+NVTX_MARK = 34
+NVTX_THREAD_NAME = 39
+NVTX_PUSH_POP = 59
+NVTX_START_END = 60
+NVTXT_PUSH_POP = 70
+NVTXT_START_END = 71
+NVTX_DOMAIN_CREATE = 75
+NVTX_KEPT_TYPES = (NVTX_MARK, NVTX_PUSH_POP, NVTX_START_END, NVTXT_PUSH_POP, NVTXT_START_END)
+
+# Event class of OS runtime calls in OSRT_API (31/32 are zero-length "profiling started/finished" markers).
+OSRT_CALL_CLASS = 27
+
+TID_BITS = 24
+PID_MASK = ~((1 << TID_BITS) - 1)  # globalTid → globalPid
+ID_MASK = (1 << TID_BITS) - 1  # the 24-bit pid or tid field
+
+KERNEL_TABLE = "CUPTI_ACTIVITY_KIND_KERNEL"
+RUNTIME_TABLE = "CUPTI_ACTIVITY_KIND_RUNTIME"
+MEMCPY_TABLE = "CUPTI_ACTIVITY_KIND_MEMCPY"
+MEMSET_TABLE = "CUPTI_ACTIVITY_KIND_MEMSET"
+SYNC_TABLE = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"
+CUDA_TABLES = (KERNEL_TABLE, RUNTIME_TABLE, MEMCPY_TABLE, MEMSET_TABLE)
+
+_API_VERSION_SUFFIX = re.compile(r"_v\d+$")
+_ENV_ROW = re.compile(r"^PROCESS_\d+:ENVIRONMENT_VARIABLE$")
+
+
+def pid_of(global_id: int) -> int:
+    """The OS process id inside a globalTid/globalPid (bits 24-47)."""
+    return (int(global_id) >> TID_BITS) & ID_MASK
+
+
+def load_export(path: str | Path) -> tuple[TraceInfo, list[Timeline]]:
+    """Read one nsys SQLite export. Raises :class:`InputError` for anything that is not one."""
+    db = SqliteExport(Path(path))
+    try:
+        info = read_trace_info(db)
+        timelines = read_timelines(db, info)
+    finally:
+        db.close()
+    return info, timelines
+
+
+# --------------------------------------------------------------------------------------------
+# File-level information
+
+
+def read_trace_info(db: SqliteExport) -> TraceInfo:
+    """Exporter, schema version, session start, captured environment, GPUs; validates the file."""
+    meta_table = next((t for t in ("META_DATA_EXPORT", "EXPORT_META_DATA") if t in db.tables), None)
+    event_tables = {"NVTX_EVENTS", "OSRT_API", "StringIds", *CUDA_TABLES}
+    if meta_table is None and not (db.tables & event_tables):
+        raise InputError(f"{db.path}: SQLite file, but not an Nsight Systems export (no nsys tables)")
+    meta = dict(db.query(f"SELECT name, value FROM [{meta_table}]")) if meta_table else {}
+    warnings: list[str] = []
+    schema = meta.get("EXPORT_SCHEMA_VERSION")
+    if meta_table is None:
+        warnings.append("no export metadata table: exporter and schema version unknown; reading anyway")
+    elif _schema_tuple(schema) > KNOWN_SCHEMA:
+        warnings.append(
+            f"export schema {schema} (nsys {meta.get('EXPORT_PRODUCT_VERSION', '?')}) is newer than the "
+            f"newest perfdoctor knows ({KNOWN_SCHEMA[0]}.{KNOWN_SCHEMA[1]}); reading it anyway"
+        )
+    has_cuda = any(_has_rows(db, t) for t in CUDA_TABLES)
+    if meta.get("EXPORT_PARAM_TIME_NORMALIZE", "false").lower() == "true":
+        warnings.append("timestamps were exported with --ts-normalize (absolute UTC); aligned as such")
+    return TraceInfo(
+        path=db.path,
+        format="nsys-sqlite",
+        product_version=meta.get("EXPORT_PRODUCT_VERSION"),
+        schema_version=schema,
+        meta_table=meta_table or "",
+        session_start_utc_ns=_session_start(db, meta),
+        has_cuda=has_cuda,
+        env=_captured_env(db),
+        hostname=_system_value(db, "Hostname"),
+        gpus=_gpus(db),
+        tables=db.tables,
+        warnings=warnings,
+    )
+
+
+def _schema_tuple(version: str | None) -> tuple[int, int]:
+    parts = (version or "").split(".")
+    try:
+        return int(parts[0]), int(parts[1])
+    except (IndexError, ValueError):
+        return (0, 0)
+
+
+def _has_rows(db: SqliteExport, table: str) -> bool:
+    return table in db.tables and bool(db.query(f"SELECT 1 FROM [{table}] LIMIT 1"))
+
+
+def _session_start(db: SqliteExport, meta: dict[str, str]) -> int | None:
+    """UTC epoch ns of timestamp 0 of this file (0 when the export already holds absolute times)."""
+    if meta.get("EXPORT_PARAM_TIME_NORMALIZE", "false").lower() == "true":
+        return 0
+    if not db.has("TARGET_INFO_SESSION_START_TIME", "utcEpochNs"):
+        return None
+    rows = db.query("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME LIMIT 1")
+    if not rows or rows[0][0] is None:
+        return None
+    return int(rows[0][0]) + int(meta.get("EXPORT_PARAM_TIME_SHIFT") or 0)
+
+
+def _captured_env(db: SqliteExport) -> dict[str, str]:
+    """Environment of the launched process from ``META_DATA_CAPTURE`` (exporter ≥ 2023.4).
+
+    Rows look like ``PROCESS_0:ENVIRONMENT_VARIABLE`` → ``NAME="value"``.
+    """
+    if not db.has("META_DATA_CAPTURE", "value"):
+        return {}
+    env: dict[str, str] = {}
+    for name, value in db.query("SELECT name, value FROM META_DATA_CAPTURE"):
+        if not name or not value or not _ENV_ROW.match(name) or "=" not in value:
+            continue
+        key, _, val = value.partition("=")
+        if len(val) >= 2 and val[0] == val[-1] == '"':
+            val = val[1:-1]
+        env.setdefault(key, val)
+    return env
+
+
+def _system_value(db: SqliteExport, name: str) -> str | None:
+    if not db.has("TARGET_INFO_SYSTEM_ENV", "value"):
+        return None
+    rows = db.query("SELECT value FROM TARGET_INFO_SYSTEM_ENV WHERE name = ? LIMIT 1", (name,))
+    return rows[0][0] if rows else None
+
+
+def _gpus(db: SqliteExport) -> dict[int, GpuInfo]:
+    """Device properties: ``TARGET_INFO_GPU`` (≤ 2024.2 and some 2026 exports), else ``TARGET_INFO_CUDA_DEVICE``."""
+    gpus: dict[int, GpuInfo] = {}
+    if db.has("TARGET_INFO_GPU", "id"):
+        wanted = ["id", "name", "smCount", "totalMemory", "clockRate", "memoryBandwidth",
+                  "computeMajor", "computeMinor", "busLocation", "uuid"]
+        cols = [c for c in wanted if db.has("TARGET_INFO_GPU", c)]
+        for row in db.query(f"SELECT {', '.join(cols)} FROM TARGET_INFO_GPU"):
+            r = dict(zip(cols, row))
+            cc = (f"{r['computeMajor']}.{r['computeMinor']}"
+                  if r.get("computeMajor") is not None and r.get("computeMinor") is not None else None)
+            gpus[int(r["id"])] = GpuInfo(
+                device_id=int(r["id"]), name=r.get("name"), sm_count=r.get("smCount"),
+                total_memory=r.get("totalMemory"), clock_rate_hz=r.get("clockRate"),
+                memory_bandwidth=r.get("memoryBandwidth"), compute_capability=cc,
+                bus_location=r.get("busLocation"), uuid=r.get("uuid"),
+            )
+    elif db.has("TARGET_INFO_CUDA_DEVICE", "gpuId"):
+        cols = [c for c in ("gpuId", "numMultiprocessors", "uuid") if db.has("TARGET_INFO_CUDA_DEVICE", c)]
+        for row in db.query(f"SELECT DISTINCT {', '.join(cols)} FROM TARGET_INFO_CUDA_DEVICE"):
+            r = dict(zip(cols, row))
+            gpus[int(r["gpuId"])] = GpuInfo(device_id=int(r["gpuId"]), sm_count=r.get("numMultiprocessors"),
+                                            uuid=r.get("uuid"))
+    return gpus
+
+
+# --------------------------------------------------------------------------------------------
+# Event tables
+
+
+def read_timelines(db: SqliteExport, info: TraceInfo) -> list[Timeline]:
+    """Split the file's events into one Timeline per (process, device)."""
+    import pandas as pd
+
+    strings = _strings(db)
+    kernels = _kernels(db, strings)
+    memcpy = _device_table(db, MEMCPY_TABLE, {"bytes": "bytes", "copy_kind": "copyKind"})
+    memset = _device_table(db, MEMSET_TABLE, {"bytes": "bytes"})
+    sync = _device_table(db, SYNC_TABLE, {"sync_type": "syncType"})
+    api = _api_calls(db, strings)
+    nvtx, thread_names_nvtx = _nvtx(db, strings)
+    thread_names = {**_thread_names(db, strings), **thread_names_nvtx}
+    processes = _process_names(db)
+    osrt = _osrt_counts(db)
+    info.counts = {"kernels": len(kernels), "memcpy": len(memcpy), "memset": len(memset), "sync": len(sync),
+                   "cuda_api": len(api), "nvtx": len(nvtx), "osrt": sum(osrt.values())}
+
+    # Which (process, device) pairs ran GPU work.
+    pairs = pd.concat([t[["global_pid", "device_id"]] for t in (kernels, memcpy, memset) if len(t)],
+                      ignore_index=True) if any(len(t) for t in (kernels, memcpy, memset)) else None
+    keys: list[tuple[int, int | None]]
+    if pairs is not None:
+        keys = sorted({(int(p), int(d)) for p, d in pairs.drop_duplicates().itertuples(index=False)})
+    else:
+        # CPU-only capture: one timeline per process that wrote NVTX ranges.
+        gpids = sorted({int(g) for g in (nvtx["tid"].to_numpy() & PID_MASK)}) if len(nvtx) else []
+        keys = [(g, None) for g in gpids]
+        if not info.has_cuda:
+            info.warnings.append(
+                "no CUDA data in this trace: it was captured without `-t cuda` (or the program ran no GPU "
+                "work); only NVTX and OS-runtime activity can be summarised"
+            )
+
+    by_pid = {name: _group_by_pid(table, by_tid=name in ("api", "nvtx"))
+              for name, table in (("kernels", kernels), ("memcpy", memcpy), ("memset", memset), ("sync", sync),
+                                  ("api", api), ("nvtx", nvtx))}
+    timelines = []
+    for gpid, dev in keys:
+        def part(name: str, frame: pd.DataFrame) -> pd.DataFrame:
+            sub = by_pid[name].get(gpid, frame.iloc[0:0])
+            if dev is not None and "device_id" in sub.columns:
+                sub = sub[sub["device_id"].to_numpy() == dev]
+            return sub.reset_index(drop=True)
+
+        timelines.append(Timeline(
+            trace=info, pid=pid_of(gpid), global_pid=gpid, device_id=dev,
+            kernels=part("kernels", kernels), memcpy=part("memcpy", memcpy), memset=part("memset", memset),
+            sync=part("sync", sync), api=part("api", api), nvtx=part("nvtx", nvtx),
+            thread_names={t: n for t, n in thread_names.items() if (t & PID_MASK) == gpid},
+            process_name=processes.get(gpid), osrt_calls=osrt.get(gpid, 0),
+        ))
+    return timelines
+
+
+def _group_by_pid(table: pd.DataFrame, *, by_tid: bool) -> dict[int, pd.DataFrame]:
+    """Split a table by globalPid once (not once per timeline)."""
+    if not len(table):
+        return {}
+    key = (table["tid"].to_numpy() & PID_MASK) if by_tid else table["global_pid"].to_numpy()
+    return {int(k): g for k, g in table.groupby(key, sort=False)}
+
+
+def _strings(db: SqliteExport) -> pd.Series:
+    """``StringIds`` as a Series indexed by id."""
+    import pandas as pd
+
+    if not db.has("StringIds"):
+        return pd.Series(dtype=object)
+    frame = db.read("StringIds", {"id": "id", "value": "value"})
+    return pd.Series(frame["value"].to_numpy(dtype=object), index=frame["id"].to_numpy())
+
+
+def _names(ids: np.ndarray, strings: pd.Series, clean: re.Pattern[str] | None = None) -> pd.Categorical:
+    """Resolve string ids to a categorical: each distinct id is looked up (and cleaned) once."""
+    import pandas as pd
+
+    uniq, codes = np.unique(ids, return_inverse=True)
+    values = strings.reindex(uniq).to_numpy(dtype=object)
+    values = np.array([f"<string {u}>" if not isinstance(v, str) else (clean.sub("", v) if clean else v)
+                       for u, v in zip(uniq, values)], dtype=object)
+    # Cleaning can merge names (cudaLaunchKernel_v7000 / _v11000): categories must stay unique.
+    cats, remap = np.unique(values, return_inverse=True)
+    return pd.Categorical.from_codes(remap[codes], categories=pd.Index(cats, dtype=object))
+
+
+def _int(frame: pd.DataFrame, column: str, fill: int = -1) -> np.ndarray:
+    """An integer column with NULLs replaced (Arrow → pandas turns nullable ints into floats)."""
+    col = frame[column]
+    if col.dtype.kind in "iu":
+        return col.to_numpy(dtype=np.int64)
+    return col.fillna(fill).to_numpy(dtype=np.int64)
+
+
+def _select(db: SqliteExport, table: str, wanted: dict[str, str]) -> dict[str, str]:
+    """Keep the requested columns that exist in this schema version (others become NULL)."""
+    cols = db.columns(table)
+    return {out: (src if src in cols else "NULL") for out, src in wanted.items()}
+
+
+def _kernels(db: SqliteExport, strings: pd.Series) -> pd.DataFrame:
+    import pandas as pd
+
+    wanted = {
+        "start": "start", "end": "end", "device_id": "deviceId", "stream": "streamId",
+        "correlation_id": "correlationId", "global_pid": "globalPid", "short_id": "shortName",
+        "demangled_id": "demangledName", "launch_type": "launchType",
+        "grid_x": "gridX", "grid_y": "gridY", "grid_z": "gridZ",
+        "block_x": "blockX", "block_y": "blockY", "block_z": "blockZ",
+    }
+    raw = db.read(KERNEL_TABLE, _select(db, KERNEL_TABLE, wanted))
+    if not len(raw):
+        return _empty(list(wanted) + ["short_name", "demangled_name"])
+    out = pd.DataFrame({c: _int(raw, c) for c in wanted if c not in ("short_id", "demangled_id")})
+    out["short_name"] = _names(_int(raw, "short_id"), strings)
+    out["demangled_name"] = _names(_int(raw, "demangled_id"), strings)
+    return out
+
+
+def _device_table(db: SqliteExport, table: str, extra: dict[str, str]) -> pd.DataFrame:
+    import pandas as pd
+
+    wanted = {"start": "start", "end": "end", "device_id": "deviceId", "stream": "streamId",
+              "correlation_id": "correlationId", "global_pid": "globalPid", **extra}
+    raw = db.read(table, _select(db, table, wanted))
+    if not len(raw):
+        return _empty(list(wanted))
+    return pd.DataFrame({c: _int(raw, c) for c in wanted})
+
+
+def _api_calls(db: SqliteExport, strings: pd.Series) -> pd.DataFrame:
+    """CUDA runtime and driver calls, names without the ``_vNNNN`` version suffix."""
+    import pandas as pd
+
+    wanted = {"start": "start", "end": "end", "tid": "globalTid", "correlation_id": "correlationId",
+              "name_id": "nameId", "event_class": "eventClass"}
+    raw = db.read(RUNTIME_TABLE, _select(db, RUNTIME_TABLE, wanted))
+    if not len(raw):
+        return _empty(["start", "end", "tid", "correlation_id", "name", "event_class"])
+    out = pd.DataFrame({c: _int(raw, c) for c in wanted if c != "name_id"})
+    out["name"] = _names(_int(raw, "name_id"), strings, clean=_API_VERSION_SUFFIX)
+    return out
+
+
+def _nvtx(db: SqliteExport, strings: pd.Series) -> tuple[pd.DataFrame, dict[int, str]]:
+    """NVTX ranges and marks with their text and domain name resolved; plus NVTX thread names.
+
+    Text is ``text`` (ASCII messages) or ``StringIds[textId]`` (registered strings, e.g. Python nvtx).
+    Domain ids are per process, so domain names are resolved per (process, domainId).
+    """
+    import pandas as pd
+
+    columns = ["start", "end", "event_type", "tid", "end_tid", "domain", "text", "range_id", "category",
+               "int_value", "double_value"]
+    table = "NVTX_EVENTS"
+    if table not in db.tables:
+        return _empty(columns), {}
+    wanted = {"start": "start", "end": "end", "event_type": "eventType", "tid": "globalTid",
+              "end_tid": "endGlobalTid", "domain_id": "domainId", "text": "text", "text_id": "textId",
+              "range_id": "rangeId", "category": "category", "int64": "int64Value", "uint64": "uint64Value",
+              "int32": "int32Value", "uint32": "uint32Value", "double_value": "doubleValue",
+              "float_value": "floatValue"}
+    raw = db.read(table, _select(db, table, wanted))
+    if not len(raw):
+        return _empty(columns), {}
+    event_type = _int(raw, "event_type")
+    text_ids = _int(raw, "text_id")
+    text = raw["text"].to_numpy(dtype=object)
+    missing = np.array([not isinstance(t, str) for t in text]) & (text_ids >= 0)
+    if missing.any():
+        text = text.copy()
+        text[missing] = strings.reindex(text_ids[missing]).to_numpy(dtype=object)
+    tid = _int(raw, "tid", 0)
+    gpid = tid & PID_MASK
+    domain_id = _int(raw, "domain_id", 0)
+
+    creates = event_type == NVTX_DOMAIN_CREATE
+    domain_names = {(int(p), int(d)): str(t) for p, d, t in zip(gpid[creates], domain_id[creates], text[creates])}
+    domain = np.array([None if d == 0 else domain_names.get((int(p), int(d)), f"domain#{int(d)}")
+                       for p, d in zip(gpid, domain_id)], dtype=object) if len(domain_names) or domain_id.any() \
+        else np.full(len(raw), None, dtype=object)
+
+    naming = event_type == NVTX_THREAD_NAME
+    thread_names = {int(t): str(n) for t, n in zip(tid[naming], text[naming]) if isinstance(n, str)}
+
+    keep = np.isin(event_type, NVTX_KEPT_TYPES)
+    int_value = _first_present(raw, ("int64", "uint64", "int32", "uint32"))
+    double_value = _first_present(raw, ("double_value", "float_value"), integer=False)
+    out = pd.DataFrame({
+        "start": _int(raw, "start")[keep],
+        "end": _int(raw, "end")[keep],
+        "event_type": event_type[keep],
+        "tid": tid[keep],
+        "end_tid": _int(raw, "end_tid")[keep],
+        "domain": domain[keep],
+        "text": text[keep],
+        "range_id": _int(raw, "range_id")[keep],
+        "category": _int(raw, "category")[keep],
+        "int_value": int_value[keep],
+        "double_value": double_value[keep],
+    })
+    return out.sort_values("start", kind="stable").reset_index(drop=True), thread_names
+
+
+def _first_present(raw: pd.DataFrame, cols: tuple[str, ...], *, integer: bool = True) -> np.ndarray:
+    """Merge NVTX's scalar payload union (only one of its columns is set per row)."""
+    result = np.full(len(raw), np.nan)
+    for c in cols:
+        v = raw[c].to_numpy(dtype=float, na_value=np.nan)
+        take = np.isnan(result) & ~np.isnan(v)
+        result[take] = v[take]
+    if integer:
+        return np.where(np.isnan(result), -1, result).astype(np.int64)
+    return result
+
+
+def _thread_names(db: SqliteExport, strings: pd.Series) -> dict[int, str]:
+    if not db.has("ThreadNames", "nameId"):
+        return {}
+    rows = db.query("SELECT globalTid, nameId FROM ThreadNames")
+    return {int(t): str(strings.get(n, f"<string {n}>")) for t, n in rows if t is not None}
+
+
+def _process_names(db: SqliteExport) -> dict[int, str]:
+    if not db.has("PROCESSES", "globalPid"):
+        return {}
+    return {int(g): n for g, n in db.query("SELECT globalPid, name FROM PROCESSES") if g is not None}
+
+
+def _osrt_counts(db: SqliteExport) -> dict[int, int]:
+    """OS-runtime calls per process (only a count: enough to say what a CPU-only capture holds)."""
+    if not db.has("OSRT_API", "globalTid"):
+        return {}
+    rows = db.query(f"SELECT globalTid & {PID_MASK}, count(*) FROM OSRT_API WHERE eventClass = ? GROUP BY 1",
+                    (OSRT_CALL_CLASS,))
+    return {int(g): int(n) for g, n in rows}
+
+
+def _empty(columns: list[str]) -> pd.DataFrame:
+    import pandas as pd
+
+    return pd.DataFrame({c: pd.Series(dtype="int64") for c in columns})

@@ -1,0 +1,75 @@
+"""Load every input into one :class:`Run`: timelines with ranks, and the parallel/model config.
+
+Rank of a timeline (DESIGN §2): the capture hook's ``rank`` mark, else the ``RANK``-style variable of
+the captured environment (only meaningful when the file holds a single process), else file order —
+and each timeline records which source was used.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from perfdoctor.load.discover import discover
+from perfdoctor.load.labels import config_mark, rank_mark
+from perfdoctor.load.nsys import load_export
+from perfdoctor.model import Run, Timeline
+
+RANK_ENV_VARS = ("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
+
+
+def load_run(paths: list[Path], config: dict[str, Any] | None = None) -> Run:
+    """Read all inputs; ``config`` holds values given on the command line (they win over marks)."""
+    traces, timelines = [], []
+    for path in discover(paths):
+        info, tls = load_export(path)
+        traces.append(info)
+        timelines.extend(tls)
+    run = Run(traces=traces, timelines=timelines)
+    for info in traces:
+        run.warnings.extend(f"{info.path.name}: {w}" for w in info.warnings)
+    _assign_ranks(run)
+    _merge_config(run, config or {})
+    return run
+
+
+def _assign_ranks(run: Run) -> None:
+    per_file: dict[Path, int] = {}
+    for tl in run.timelines:
+        per_file[tl.trace.path] = per_file.get(tl.trace.path, 0) + 1
+    for tl in run.timelines:
+        mark = rank_mark(tl)
+        if mark and "r" in mark:
+            tl.rank, tl.rank_source = mark["r"], "nvtx-mark"
+        elif per_file[tl.trace.path] == 1 and (env_rank := _env_rank(tl)) is not None:
+            tl.rank, tl.rank_source = env_rank, "env"
+    taken = [tl.rank for tl in run.timelines if tl.rank is not None]
+    if len(taken) != len(set(taken)):
+        run.warnings.append("several timelines claim the same rank; ranks were reassigned in file order")
+        for tl in run.timelines:
+            tl.rank = tl.rank_source = None
+    free = (r for r in range(len(run.timelines) + len(taken)) if r not in set(taken))
+    for tl in run.timelines:
+        if tl.rank is None:
+            tl.rank, tl.rank_source = next(free), "file-order"
+    run.timelines.sort(key=lambda t: t.rank)
+
+
+def _env_rank(tl: Timeline) -> int | None:
+    for var in RANK_ENV_VARS:
+        value = tl.trace.env.get(var)
+        if value is not None and value.strip().isdigit():
+            return int(value)
+    return None
+
+
+def _merge_config(run: Run, cli: dict[str, Any]) -> None:
+    for tl in run.timelines:
+        for key, value in config_mark(tl).items():
+            if key not in run.config:
+                run.config[key] = value
+                run.config_sources[key] = "nvtx-mark"
+    for key, value in cli.items():
+        if value is not None:
+            run.config[key] = value
+            run.config_sources[key] = "cli"

@@ -1,0 +1,85 @@
+"""The named metrics of the JSON report (DESIGN §5), per timeline and across ranks.
+
+Every key is always present; a metric this version cannot measure yet, or that the trace cannot
+support (no GPU data, unknown model config), is ``None`` — never a made-up number.
+``*_ms`` are per step, ``*_fraction`` are of step time; both are medians over steps.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from perfdoctor.measure import intervals as iv
+from perfdoctor.measure.breakdown import gpu_activity
+from perfdoctor.measure.steps import Steps
+from perfdoctor.model import Timeline
+
+GROUPS = ("dp", "tp", "cp", "pp", "ep", "other")
+
+METRIC_KEYS: tuple[str, ...] = (
+    "step.time_ms", "step.time_p90_ms", "gpu.busy_fraction", "compute.fraction",
+    "comm.time_ms", "comm.exposed_ms", "comm.exposed_fraction",
+    *(f"comm.{g}.{m}" for g in GROUPS for m in ("time_ms", "exposed_ms", "exposed_fraction")),
+    "pipeline.bubble_fraction", "pipeline.bubble_fraction_theory",
+    "host.idle_fraction", "host.launch_bound_ms", "host.sync_ms", "host.gc_ms",
+    "ln.blocked_count", "ln.blocked_ms",
+    "kernels.count_per_step", "kernels.gemm_fraction",
+    "mfu", "memory.peak_allocated_bytes", "memory.peak_reserved_bytes",
+)
+
+NS_PER_MS = 1e6
+
+
+def timeline_metrics(tl: Timeline, kcls: pd.DataFrame, ccls: pd.DataFrame, steps: Steps) -> dict[str, Any]:
+    """Metrics of one timeline that the breakdown can already support; the rest stay ``None``."""
+    out: dict[str, Any] = dict.fromkeys(METRIC_KEYS)
+    if not len(steps):
+        return out
+    durations = steps.durations.astype(np.float64)
+    out["step.time_ms"] = float(np.median(durations)) / NS_PER_MS
+    out["step.time_p90_ms"] = float(np.percentile(durations, 90)) / NS_PER_MS
+    if tl.device_id is None:
+        return out  # CPU-only capture: nothing ran on a GPU
+
+    k, cp = tl.kernels, tl.memcpy
+    k_comm = (kcls["category"] == "comm").to_numpy()
+    c_comm = (ccls["category"] == "comm").to_numpy()
+    gemm = (kcls["category"] == "gemm").to_numpy()
+    comm = iv.union(np.concatenate([k["start"].to_numpy()[k_comm], cp["start"].to_numpy()[c_comm]]),
+                    np.concatenate([k["end"].to_numpy()[k_comm], cp["end"].to_numpy()[c_comm]]))
+    compute = iv.union(k["start"].to_numpy()[~k_comm], k["end"].to_numpy()[~k_comm])
+    busy = iv.union(*gpu_activity(tl))
+
+    def per_step(s: iv.Intervals) -> np.ndarray:
+        return iv.overlap_per_interval(steps.starts, steps.ends, s).astype(np.float64)
+
+    safe = np.where(durations > 0, durations, np.nan)
+    out["gpu.busy_fraction"] = _median(per_step(busy) / safe)
+    out["compute.fraction"] = _median(per_step(compute) / safe)
+    out["comm.time_ms"] = _median(per_step(comm)) / NS_PER_MS
+    exposed = per_step(iv.subtract(comm, compute))
+    out["comm.exposed_ms"] = _median(exposed) / NS_PER_MS
+    out["comm.exposed_fraction"] = _median(exposed / safe)
+    out["kernels.gemm_fraction"] = _median(per_step(iv.union(k["start"].to_numpy()[gemm],
+                                                              k["end"].to_numpy()[gemm])) / safe)
+    starts = np.sort(k["start"].to_numpy())
+    in_step = np.searchsorted(starts, steps.ends) - np.searchsorted(starts, steps.starts)
+    out["kernels.count_per_step"] = _median(in_step.astype(np.float64))
+    return out
+
+
+def across_ranks(per_rank: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """``all`` = median over ranks of each metric (ranks where it is unknown are left out)."""
+    merged: dict[str, Any] = {}
+    for key in METRIC_KEYS:
+        values = [m[key] for m in per_rank.values() if m.get(key) is not None]
+        merged[key] = float(np.median(values)) if values else None
+    return merged
+
+
+def _median(values: np.ndarray) -> float | None:
+    values = values[~np.isnan(values)]
+    return float(np.median(values)) if values.size else None

@@ -1,0 +1,135 @@
+"""Terminal output: one block of rich tables per device, then the warnings.
+
+User-controlled strings (kernel names, NVTX text, paths) are passed as ``Text`` objects so rich
+never interprets them as markup (kernel names are full of ``[lambda ...]``).
+"""
+
+from __future__ import annotations
+
+from rich.console import Console, Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from perfdoctor.model import DeviceSummary, Report
+
+NS_PER_MS = 1e6
+
+
+def render_terminal(report: Report, console: Console) -> None:
+    for info in report.run.traces:
+        version = f"nsys {info.nsys_version}" if info.nsys_version else "nsys version unknown"
+        console.print(Text.assemble(("trace ", "bold"), str(info.path), f"  ({version}, export schema "
+                                    f"{info.schema_version or '?'}, {info.counts.get('kernels', 0):,} kernels)"))
+    for dev in report.devices:
+        console.print(_device_block(dev))
+    if report.warnings:
+        console.print(Text("warnings", style="bold yellow"))
+        for w in report.warnings:
+            console.print(Text(f"  ! {w}", style="yellow"))
+
+
+def _device_block(dev: DeviceSummary) -> Panel:
+    title = Text(dev.label + (f" · {dev.gpu_name}" if dev.gpu_name else "") +
+                 (f" · {dev.process_name}" if dev.process_name else ""))
+    parts: list = [_overview(dev)]
+    if dev.device_id is not None:
+        parts += [_categories(dev), _collectives(dev), _streams(dev), _top_kernels(dev)]
+    else:
+        parts.append(_nvtx(dev))
+    return Panel(Group(*[p for p in parts if p is not None]), title=title, title_align="left")
+
+
+def _window_ns(dev: DeviceSummary) -> int:
+    return (dev.window[1] - dev.window[0]) if dev.window else 0
+
+
+def _overview(dev: DeviceSummary) -> Table:
+    t = Table.grid(padding=(0, 2))
+    t.add_column(style="bold")
+    t.add_column()
+    span = _window_ns(dev)
+    t.add_row("window", f"{span / NS_PER_MS:,.2f} ms" if dev.window else "no events")
+    steps = len(dev.step_ns)
+    step_note = {"window": "no step markers: whole window = 1 step", "nvtx-step": "perfdoctor step ranges",
+                 "profiler-step": "ProfilerStep ranges"}.get(dev.step_source, dev.step_source)
+    t.add_row("steps", f"{steps} ({step_note})")
+    if dev.device_id is None:
+        t.add_row("GPU", "no CUDA activity in this process")
+        return t
+    t.add_row("kernels", f"{dev.kernel_count:,} ({dev.comm_kernel_count:,} communication), "
+                         f"{dev.memcpy_count:,} memcpy, {dev.memset_count:,} memset")
+    t.add_row("GPU busy", f"{_pct(dev.busy_ns, span)} of the window (union of kernels, copies, fills)")
+    t.add_row("compute", f"{_pct(dev.compute_ns, span)} of the window")
+    t.add_row("communication", f"{_pct(dev.comm_ns, span)} of the window")
+    return t
+
+
+def _categories(dev: DeviceSummary) -> Table:
+    span = _window_ns(dev)
+    t = Table(title="time by category (sum of kernel durations)", title_justify="left", expand=False)
+    t.add_column("category")
+    t.add_column("count", justify="right")
+    t.add_column("ms", justify="right")
+    t.add_column("% of window", justify="right")
+    for cat, ns in sorted(dev.category_ns.items(), key=lambda kv: -kv[1]):
+        t.add_row(cat, f"{dev.category_count.get(cat, 0):,}", f"{ns / NS_PER_MS:,.2f}", _pct(ns, span))
+    return t
+
+
+def _collectives(dev: DeviceSummary) -> Table | None:
+    if not dev.collectives:
+        return None
+    t = Table(title="communication by collective", title_justify="left")
+    t.add_column("collective")
+    t.add_column("kernels", justify="right")
+    t.add_column("ms", justify="right")
+    for coll, v in sorted(dev.collectives.items(), key=lambda kv: -kv[1]["ns"]):
+        t.add_row(coll, f"{v['count']:,}", f"{v['ns'] / NS_PER_MS:,.2f}")
+    libs = ", ".join(f"{lib} ({n})" for lib, n in dev.comm_libraries.items())
+    t.caption = Text(f"libraries: {libs}")
+    return t
+
+
+def _streams(dev: DeviceSummary) -> Table | None:
+    if not dev.streams:
+        return None
+    t = Table(title="streams", title_justify="left")
+    for col in ("stream", "kernels", "ms", "comm kernels", "comm ms"):
+        t.add_column(col, justify="right")
+    for s in dev.streams[:8]:
+        t.add_row(str(s["stream"]), f"{s['kernels']:,}", f"{s['ns'] / NS_PER_MS:,.2f}",
+                  f"{s['comm_kernels']:,}", f"{s['comm_ns'] / NS_PER_MS:,.2f}")
+    if len(dev.streams) > 8:
+        t.caption = f"{len(dev.streams) - 8} more streams"
+    return t
+
+
+def _top_kernels(dev: DeviceSummary) -> Table | None:
+    if not dev.top_kernels:
+        return None
+    total = sum(dev.category_ns.values())
+    t = Table(title="top kernels by time", title_justify="left")
+    t.add_column("kernel", overflow="ellipsis", no_wrap=True, ratio=1, min_width=16)
+    t.add_column("category", no_wrap=True)
+    t.add_column("count", justify="right", no_wrap=True)
+    t.add_column("ms", justify="right", no_wrap=True, min_width=8)
+    t.add_column("% time", justify="right", no_wrap=True, min_width=6)
+    for k in dev.top_kernels:
+        t.add_row(Text(k["name"]), k["category"], f"{k['count']:,}", f"{k['ns'] / NS_PER_MS:,.2f}",
+                  _pct(k["ns"], total))
+    return t
+
+
+def _nvtx(dev: DeviceSummary) -> Table:
+    t = Table(title="NVTX and OS runtime", title_justify="left")
+    t.add_column("domain")
+    t.add_column("events", justify="right")
+    for domain, n in sorted(dev.nvtx_domains.items(), key=lambda kv: -kv[1]):
+        t.add_row(Text(domain), f"{n:,}")
+    t.caption = f"{dev.nvtx_ranges:,} ranges, {dev.nvtx_marks:,} marks, {dev.osrt_calls:,} OS-runtime calls"
+    return t
+
+
+def _pct(part: float, whole: float) -> str:
+    return f"{100.0 * part / whole:.1f} %" if whole else "–"
