@@ -224,22 +224,23 @@ def read_timelines(db: SqliteExport, info: TraceInfo) -> list[Timeline]:
     by_pid = {name: _group_by_pid(table, by_tid=name in ("api", "nvtx"))
               for name, table in (("kernels", kernels), ("memcpy", memcpy), ("memset", memset), ("sync", sync),
                                   ("api", api), ("nvtx", nvtx))}
+    empty = {"kernels": kernels, "memcpy": memcpy, "memset": memset, "sync": sync, "api": api, "nvtx": nvtx}
     timelines = []
     for gpid, dev in keys:
-        def part(name: str, frame: pd.DataFrame) -> pd.DataFrame:
-            sub = by_pid[name].get(gpid, frame.iloc[0:0])
-            if dev is not None and "device_id" in sub.columns:
-                sub = sub[sub["device_id"].to_numpy() == dev]
-            return sub.reset_index(drop=True)
-
+        parts = {name: _part(by_pid[name].get(gpid, frame.iloc[0:0]), dev) for name, frame in empty.items()}
         timelines.append(Timeline(
-            trace=info, pid=pid_of(gpid), global_pid=gpid, device_id=dev,
-            kernels=part("kernels", kernels), memcpy=part("memcpy", memcpy), memset=part("memset", memset),
-            sync=part("sync", sync), api=part("api", api), nvtx=part("nvtx", nvtx),
+            trace=info, pid=pid_of(gpid), global_pid=gpid, device_id=dev, **parts,
             thread_names={t: n for t, n in thread_names.items() if (t & PID_MASK) == gpid},
             process_name=processes.get(gpid), osrt_calls=osrt.get(gpid, 0),
         ))
     return timelines
+
+
+def _part(rows: pd.DataFrame, device: int | None) -> pd.DataFrame:
+    """A process's rows of one table, restricted to one device where the table has devices."""
+    if device is not None and "device_id" in rows.columns:
+        rows = rows[rows["device_id"].to_numpy() == device]
+    return rows.reset_index(drop=True)
 
 
 def _group_by_pid(table: pd.DataFrame, *, by_tid: bool) -> dict[int, pd.DataFrame]:
@@ -261,16 +262,24 @@ def _strings(db: SqliteExport) -> pd.Series:
 
 
 def _names(ids: np.ndarray, strings: pd.Series, clean: re.Pattern[str] | None = None) -> pd.Categorical:
-    """Resolve string ids to a categorical: each distinct id is looked up (and cleaned) once."""
+    """Resolve string ids to a categorical: each distinct id is looked up (and cleaned) once.
+
+    String ids are small dense integers, so a lookup table maps them to codes in O(n) without sorting.
+    """
     import pandas as pd
 
-    uniq, codes = np.unique(ids, return_inverse=True)
+    ids = np.where(ids < 0, 0, ids)
+    present = np.zeros(int(ids.max(initial=0)) + 1, dtype=bool)
+    present[ids] = True
+    uniq = np.flatnonzero(present)
     values = strings.reindex(uniq).to_numpy(dtype=object)
     values = np.array([f"<string {u}>" if not isinstance(v, str) else (clean.sub("", v) if clean else v)
                        for u, v in zip(uniq, values)], dtype=object)
     # Cleaning can merge names (cudaLaunchKernel_v7000 / _v11000): categories must stay unique.
     cats, remap = np.unique(values, return_inverse=True)
-    return pd.Categorical.from_codes(remap[codes], categories=pd.Index(cats, dtype=object))
+    code_of_id = np.zeros(present.size, dtype=np.int32)
+    code_of_id[uniq] = remap
+    return pd.Categorical.from_codes(code_of_id[ids], categories=pd.Index(cats, dtype=object))
 
 
 def _int(frame: pd.DataFrame, column: str, fill: int = -1) -> np.ndarray:
@@ -281,6 +290,15 @@ def _int(frame: pd.DataFrame, column: str, fill: int = -1) -> np.ndarray:
     return col.fillna(fill).to_numpy(dtype=np.int64)
 
 
+def _integers(raw: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
+    """The integer columns of a freshly read frame, NULLs filled, without copying intact columns."""
+    out = raw[columns]
+    for c in columns:
+        if out[c].dtype.kind not in "iu":
+            out[c] = _int(raw, c)
+    return out
+
+
 def _select(db: SqliteExport, table: str, wanted: dict[str, str]) -> dict[str, str]:
     """Keep the requested columns that exist in this schema version (others become NULL)."""
     cols = db.columns(table)
@@ -288,7 +306,6 @@ def _select(db: SqliteExport, table: str, wanted: dict[str, str]) -> dict[str, s
 
 
 def _kernels(db: SqliteExport, strings: pd.Series) -> pd.DataFrame:
-    import pandas as pd
 
     wanted = {
         "start": "start", "end": "end", "device_id": "deviceId", "stream": "streamId",
@@ -299,34 +316,33 @@ def _kernels(db: SqliteExport, strings: pd.Series) -> pd.DataFrame:
     }
     raw = db.read(KERNEL_TABLE, _select(db, KERNEL_TABLE, wanted))
     if not len(raw):
-        return _empty(list(wanted) + ["short_name", "demangled_name"])
-    out = pd.DataFrame({c: _int(raw, c) for c in wanted if c not in ("short_id", "demangled_id")})
+        return _empty([c for c in wanted if not c.endswith("_id") or c in ("device_id", "correlation_id")]
+                      + ["short_name", "demangled_name"])
+    out = _integers(raw, [c for c in wanted if c not in ("short_id", "demangled_id")])
     out["short_name"] = _names(_int(raw, "short_id"), strings)
     out["demangled_name"] = _names(_int(raw, "demangled_id"), strings)
     return out
 
 
 def _device_table(db: SqliteExport, table: str, extra: dict[str, str]) -> pd.DataFrame:
-    import pandas as pd
 
     wanted = {"start": "start", "end": "end", "device_id": "deviceId", "stream": "streamId",
               "correlation_id": "correlationId", "global_pid": "globalPid", **extra}
     raw = db.read(table, _select(db, table, wanted))
     if not len(raw):
         return _empty(list(wanted))
-    return pd.DataFrame({c: _int(raw, c) for c in wanted})
+    return _integers(raw, list(wanted))
 
 
 def _api_calls(db: SqliteExport, strings: pd.Series) -> pd.DataFrame:
     """CUDA runtime and driver calls, names without the ``_vNNNN`` version suffix."""
-    import pandas as pd
 
     wanted = {"start": "start", "end": "end", "tid": "globalTid", "correlation_id": "correlationId",
               "name_id": "nameId", "event_class": "eventClass"}
     raw = db.read(RUNTIME_TABLE, _select(db, RUNTIME_TABLE, wanted))
     if not len(raw):
         return _empty(["start", "end", "tid", "correlation_id", "name", "event_class"])
-    out = pd.DataFrame({c: _int(raw, c) for c in wanted if c != "name_id"})
+    out = _integers(raw, [c for c in wanted if c != "name_id"])
     out["name"] = _names(_int(raw, "name_id"), strings, clean=_API_VERSION_SUFFIX)
     return out
 

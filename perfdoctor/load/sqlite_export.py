@@ -109,7 +109,8 @@ class SqliteExport:
                 raise
             msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             raise InputError(f"{self.path}: corrupt or truncated SQLite file ({msg})") from None
-        return arrow.to_pandas()
+        # split_blocks: one block per column, no consolidation copy into 2-D blocks.
+        return arrow.to_pandas(split_blocks=True, self_destruct=True)
 
     def close(self) -> None:
         self.conn.close()

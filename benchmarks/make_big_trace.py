@@ -1,0 +1,74 @@
+"""Write a large nsys-shaped SQLite export for the benchmarks (real 2024.2 DDL, bulk inserts).
+
+Only the tables the loader reads in bulk are filled: kernels with their runtime launch calls, NVTX
+ranges around groups of launches, StringIds, and the metadata. Content is random but linked
+(correlation ids, globalTid/globalPid encoding, string ids), which is all a load benchmark needs; the
+scenario simulator (perfdoctor.synth) makes realistic traces.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+
+DDL = Path(__file__).resolve().parents[1] / "perfdoctor" / "synth" / "ddl" / "2024.2.3.sql"
+
+
+def create_tables(conn: sqlite3.Connection) -> None:
+    """The 2024.2 tables the simulator writes (real DDL); the unused ones stay empty."""
+    conn.executescript(DDL.read_text())
+
+
+def write(path: Path, kernels: int, seed: int = 0) -> None:
+    rng = np.random.default_rng(seed)
+    path.unlink(missing_ok=True)
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA journal_mode = OFF")
+    conn.execute("PRAGMA synchronous = OFF")
+    create_tables(conn)
+    names = [f"kernel_{i}_sm90_xmma_gemm" for i in range(200)]
+    names += ["ncclDevKernel_AllReduce_Sum_bf16_RING_LL", "cudaLaunchKernel_v7000", "step"]
+    conn.executemany("INSERT INTO StringIds VALUES (?, ?)", enumerate(names))
+    conn.executemany("INSERT INTO META_DATA_EXPORT VALUES (?, ?)",
+                     [("EXPORT_PRODUCT_VERSION", "2024.2.3.38"), ("EXPORT_SCHEMA_VERSION", "3.11.1")])
+    conn.execute("INSERT INTO TARGET_INFO_SESSION_START_TIME VALUES (1700000000000000000, 't', 't')")
+    pid = 4242
+    gpid = (1 << 48) | (pid << 24)
+    gtid = gpid | pid
+    conn.execute("INSERT INTO PROCESSES VALUES (?, ?, 'python3')", (gpid, pid))
+    dur = rng.integers(2_000, 60_000, kernels)
+    start = np.cumsum(dur + rng.integers(0, 3_000, kernels)) + 1_000_000
+    name = rng.integers(0, 201, kernels)
+    corr = np.arange(1, kernels + 1)
+    api_start = start - rng.integers(5_000, 50_000, kernels)
+    zeros = np.zeros(kernels, dtype=np.int64)
+    kernel_rows = zip(start.tolist(), (start + dur).tolist(), zeros.tolist(), zeros.tolist(),
+                      np.where(name == 200, 20, 7).tolist(), corr.tolist(), [gpid] * kernels, name.tolist(),
+                      name.tolist(), [1] * kernels, [128] * kernels, [256] * kernels)
+    conn.executemany(
+        "INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL (start, end, deviceId, contextId, streamId, correlationId, "
+        "globalPid, demangledName, shortName, launchType, gridX, blockX, gridY, gridZ, blockY, blockZ, "
+        "registersPerThread, staticSharedMemory, dynamicSharedMemory, localMemoryPerThread, localMemoryTotal, "
+        "gridId) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,1,1,1,1,32,0,0,0,0,0)", kernel_rows)
+    conn.executemany(
+        "INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME "
+        "(start, end, eventClass, globalTid, correlationId, nameId, returnValue) VALUES (?, ?, 0, ?, ?, 201, 0)",
+        zip(api_start.tolist(), (api_start + 3_000).tolist(), [gtid] * kernels, corr.tolist()))
+    steps = max(1, kernels // 10_000)
+    edges = np.linspace(0, kernels - 1, steps + 1).astype(int)
+    conn.executemany("INSERT INTO NVTX_EVENTS (start, end, eventType, globalTid, textId, domainId) "
+                     "VALUES (?, ?, 59, ?, 202, 0)",
+                     [(int(api_start[a]), int(start[b]), gtid) for a, b in zip(edges[:-1], edges[1:])])
+    conn.commit()
+    conn.close()
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--kernels", type=int, default=1_000_000)
+    args = ap.parse_args()
+    write(args.out, args.kernels)
