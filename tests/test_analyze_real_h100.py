@@ -73,3 +73,14 @@ def test_stable_across_runs(report):
     again = subprocess.run([sys.executable, "-m", "perfdoctor", "analyze", str(REAL_H100), "--format", "json"],
                            capture_output=True, text=True, timeout=300)
     assert json.loads(again.stdout)["metrics"] == report["metrics"]
+
+
+def test_report_validates_against_the_published_schema(report):
+    jsonschema = pytest.importorskip("jsonschema", reason="jsonschema is a dev extra")
+    from importlib.resources import files
+
+    schema = json.loads(files("perfdoctor").joinpath("schema/report.schema.json").read_text())
+    jsonschema.validate(report, schema)
+    broken = {**report, "metrics": {"all": {}, "ranks": {}}}
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(broken, schema)
