@@ -1,0 +1,183 @@
+"""One rank's host thread and GPU streams, advanced launch by launch, recording what nsys would see.
+
+The model (DESIGN §7): a single Python thread issues CUDA API calls. Each launch costs Python overhead
+plus the API call itself; the kernel starts when its call has returned (plus the launch latency), its
+stream is free and any event it waits on has fired. A host that launches more slowly than the GPU drains
+leaves the device idle (host-bound); a synchronize blocks the host until the device drains. A TE tuned
+norm is a cooperative launch that needs every SM: while an NCCL kernel on another stream holds SMs, it
+cannot start until that kernel ends, unless the SM margin env var leaves room.
+
+Columns are appended to plain lists (ints), so a million kernels stay cheap; the writer and the
+ground truth read the same lists.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from perfdoctor.synth.kernels import KernelTable
+
+GROUP_CODES = {"": 0, "dp": 1, "tp": 2, "cp": 3, "pp": 4, "ep": 5}
+GROUP_NAMES = {v: k for k, v in GROUP_CODES.items()}
+
+API_SYNC_STREAM = "cudaStreamSynchronize_v3020"
+API_EVENT_RECORD = "cudaEventRecord_v3020"
+API_STREAM_WAIT = "cudaStreamWaitEvent_v3020"
+
+NVTX_MARK = 34
+NVTX_PUSHPOP = 59
+NVTX_DOMAIN_CREATE = 75
+
+
+@dataclass
+class HostCost:
+    """Per-call host costs in ns; `jitter` is the lognormal sigma of Python overhead."""
+
+    python_ns: float
+    launch_ns: dict[str, float]
+    latency_ns: int = 3_000
+    jitter: float = 0.3
+
+
+@dataclass
+class RankRecorder:
+    """Timeline of one process driving one GPU; times are ns on the session clock."""
+
+    rank: int
+    table: KernelTable
+    cost: HostCost
+    rng: np.random.Generator
+    sm_margin: int
+    compute_stream: int
+    host: int = 0
+    stream_free: dict[int, int] = field(default_factory=dict)
+    corr: int = 0
+    # kernels
+    k_start: list[int] = field(default_factory=list)
+    k_end: list[int] = field(default_factory=list)
+    k_stream: list[int] = field(default_factory=list)
+    k_spec: list[int] = field(default_factory=list)
+    k_corr: list[int] = field(default_factory=list)
+    k_group: list[int] = field(default_factory=list)
+    # CUDA API calls
+    r_start: list[int] = field(default_factory=list)
+    r_end: list[int] = field(default_factory=list)
+    r_corr: list[int] = field(default_factory=list)
+    r_name: list[str] = field(default_factory=list)
+    # NVTX rows: (start, end, eventType, text, domain)
+    nvtx: list[tuple[int, int | None, int, str, str]] = field(default_factory=list)
+    # host activity that explains idle time, independent of labels: (start, end, cause)
+    host_ranges: list[tuple[int, int, str]] = field(default_factory=list)
+    # tuned norms delayed behind NCCL: (kernel index, delay ns)
+    ln_blocked: list[tuple[int, int]] = field(default_factory=list)
+    # comm kernels on side streams that may hold SMs: (start, end, stream)
+    _busy: list[tuple[int, int, int]] = field(default_factory=list)
+    _noise: np.ndarray = field(default_factory=lambda: np.ones(0))
+    _noise_i: int = 0
+
+    def _python(self) -> int:
+        if self._noise_i >= len(self._noise):
+            self._noise = np.exp(self.rng.normal(0.0, self.cost.jitter, 65536)) * self.cost.python_ns
+            self._noise_i = 0
+        v = self._noise[self._noise_i]
+        self._noise_i += 1
+        return int(v)
+
+    def api(self, name: str, cost_ns: int) -> tuple[int, int, int]:
+        """Record a CUDA API call on the host thread; returns (start, end, correlationId)."""
+        self.corr += 1
+        start = self.host
+        end = start + cost_ns
+        self.host = end
+        self.r_start.append(start)
+        self.r_end.append(end)
+        self.r_corr.append(self.corr)
+        self.r_name.append(name)
+        return start, end, self.corr
+
+    def launch(self, spec: int, stream: int, dur: float, group: str = "", after: int = 0) -> int:
+        """Launch kernel `spec` on `stream`; returns its GPU end time."""
+        s = self.table.specs[spec]
+        self.host += self._python()
+        _, api_end, corr = self.api(s.api, int(self.cost.launch_ns[s.api]))
+        start = max(api_end + self.cost.latency_ns, self.stream_free.get(stream, 0), after)
+        if s.is_tuned_norm and self.sm_margin == 0 and self._busy:
+            start = self._wait_for_sms(start, stream)
+        end = start + max(int(dur), 1_000)
+        self.stream_free[stream] = end
+        self.k_start.append(start)
+        self.k_end.append(end)
+        self.k_stream.append(stream)
+        self.k_spec.append(spec)
+        self.k_corr.append(corr)
+        self.k_group.append(GROUP_CODES[group])
+        if s.is_comm and stream != self.compute_stream:
+            self._busy.append((start, end, stream))
+        return end
+
+    def _wait_for_sms(self, start: int, stream: int) -> int:
+        """A cooperative norm cannot become resident while a side-stream NCCL kernel holds SMs."""
+        self._busy = [b for b in self._busy if b[1] > start]
+        t = start
+        moved = True
+        while moved:
+            moved = False
+            for b0, b1, bs in self._busy:
+                if bs != stream and b0 <= t < b1:
+                    t = b1
+                    moved = True
+        if t > start:
+            self.ln_blocked.append((len(self.k_start), t - start))
+        return t
+
+    def wait_stream(self, dst: int, src: int) -> None:
+        """`dst` waits for everything queued on `src` (event record + stream wait, as PyTorch does)."""
+        self.api(API_EVENT_RECORD, 1_500)
+        self.api(API_STREAM_WAIT, 1_500)
+        self.stream_free[dst] = max(self.stream_free.get(dst, 0), self.stream_free.get(src, 0))
+
+    def synchronize(self) -> None:
+        """cudaStreamSynchronize on the compute stream: returns right after the device drains."""
+        drained = max(self.stream_free.values(), default=0)
+        start = self.host
+        end = max(start, drained) + 4_000
+        self.corr += 1
+        self.r_start.append(start)
+        self.r_end.append(end)
+        self.r_corr.append(self.corr)
+        self.r_name.append(API_SYNC_STREAM)
+        self.host_ranges.append((start, end, "sync"))
+        self.host = end
+
+    def host_work(self, ns: float, cause: str = "") -> None:
+        """Python work that launches nothing (GC, data loading, bookkeeping)."""
+        start = self.host
+        self.host += int(ns)
+        if cause:
+            self.host_ranges.append((start, self.host, cause))
+
+    def push(self, text: str, domain: str) -> int:
+        """Open an NVTX push/pop range; returns the row index to close with `pop`. NVTX calls cost no
+        host time here, so a range opened at a step boundary starts exactly at that boundary."""
+        self.nvtx.append((self.host, None, NVTX_PUSHPOP, text, domain))
+        return len(self.nvtx) - 1
+
+    def pop(self, idx: int) -> None:
+        start, _, etype, text, domain = self.nvtx[idx]
+        self.nvtx[idx] = (start, self.host, etype, text, domain)
+
+    def mark(self, text: str, domain: str) -> None:
+        self.nvtx.append((self.host, None, NVTX_MARK, text, domain))
+
+    def kernel_arrays(self) -> dict[str, np.ndarray]:
+        """The kernel columns as int64 numpy arrays (for truth and the writer)."""
+        return {
+            "start": np.asarray(self.k_start, dtype=np.int64),
+            "end": np.asarray(self.k_end, dtype=np.int64),
+            "stream": np.asarray(self.k_stream, dtype=np.int64),
+            "spec": np.asarray(self.k_spec, dtype=np.int64),
+            "corr": np.asarray(self.k_corr, dtype=np.int64),
+            "group": np.asarray(self.k_group, dtype=np.int64),
+        }

@@ -1,0 +1,245 @@
+"""Write simulated ranks as an nsys SQLite export, using the real DDL of the chosen nsys version.
+
+Only the tables a lazy export of a CUDA+NVTX capture holds are created, with the exact CREATE statements
+nsys uses (`ddl/*.sql`). Rows follow the conventions real files show (research/nsys_schema.md):
+globalTid = VM 1 << 48 | pid << 24 | tid, globalPid = globalTid with tid 0; kernel names, API names and
+registered NVTX strings are StringIds; correlationIds are unique per process and shared between a launch
+call and its kernel; NVTX domains are created per process with eventType 75 rows.
+"""
+
+from __future__ import annotations
+
+import itertools
+import sqlite3
+import time
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any, Iterable
+
+import numpy as np
+
+from perfdoctor.synth.gpu import GpuModel
+from perfdoctor.synth.kernels import KernelTable
+from perfdoctor.synth.recorder import NVTX_DOMAIN_CREATE, RankRecorder
+
+SCHEMAS = {
+    "2022.4": ("2022.4.2.sql", "2022.4.2.1", "3.0.0", "2022.4"),
+    "2024.2": ("2024.2.3.sql", "2024.2.3.38", "3.11.1", "2024.2"),
+    "2026.2": ("2026.2.1.sql", "2026.2.1.210", "3.25.0", "2026.2"),
+}
+VM_BITS = 1 << 48
+SESSION_UTC_NS = 1_780_000_000_000_000_000
+
+
+@dataclass
+class ProcessOut:
+    """One process (rank) to write: its recorder, device, pid and the clock offset of this file."""
+
+    rank: int
+    local_rank: int
+    pid: int
+    recorder: RankRecorder
+    env: dict[str, str]
+
+
+def global_pid(pid: int) -> int:
+    return VM_BITS | (pid << 24)
+
+
+def global_tid(pid: int, tid: int) -> int:
+    return VM_BITS | (pid << 24) | tid
+
+
+class _Strings:
+    """StringIds, interned in first-use order so ids are deterministic."""
+
+    def __init__(self) -> None:
+        self.ids: dict[str, int] = {}
+
+    def __call__(self, value: str) -> int:
+        sid = self.ids.get(value)
+        if sid is None:
+            sid = self.ids[value] = len(self.ids) + 1
+        return sid
+
+
+def _ddl(schema: str) -> str:
+    return resources.files("perfdoctor.synth").joinpath("ddl", SCHEMAS[schema][0]).read_text()
+
+
+def _insert(con: sqlite3.Connection, table: str, n: int, values: dict[str, Any]) -> None:
+    """Insert `n` rows; `values` maps column -> sequence or scalar. Absent NOT NULL columns get 0/''."""
+    info = con.execute(f"PRAGMA table_info({table})").fetchall()
+    cols, seqs = [], []
+    for _, name, typ, notnull, _, _ in info:
+        if name in values:
+            v = values[name]
+        elif notnull:
+            v = "" if typ.upper() == "TEXT" else 0
+        else:
+            v = None
+        cols.append(name)
+        seqs.append(v if isinstance(v, (list, np.ndarray, range)) else itertools.repeat(v, n))
+    rows: Iterable[tuple] = zip(*seqs)
+    con.executemany(f"INSERT INTO {table} ({', '.join(cols)}) VALUES ({', '.join('?' * len(cols))})", rows)
+
+
+def _has(con: sqlite3.Connection, table: str) -> bool:
+    return con.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?", (table,)).fetchone() is not None
+
+
+def write_trace(path: Path, schema: str, procs: list[ProcessOut], table: KernelTable, gpu: GpuModel,
+                offset_ns: int, nvtx_ascii: bool, node: int, capture_command: tuple[str, list[str], dict[str, str]]) -> None:
+    """Write one SQLite export holding `procs`; all their timestamps are shifted by `-offset_ns`."""
+    if path.exists():
+        path.unlink()
+    con = sqlite3.connect(path)
+    con.executescript(_ddl(schema))
+    sid = _Strings()
+    spec_names = [(sid(s.short), sid(s.demangled), sid(s.mangled)) for s in table.specs]
+    spec_arr = np.asarray(spec_names, dtype=np.int64).reshape(-1, 3)
+    launch_type = np.asarray([s.launch_type for s in table.specs], dtype=np.int64)
+    grid = np.asarray([s.grid for s in table.specs], dtype=np.int64).reshape(-1, 3)
+    block = np.asarray([s.block for s in table.specs], dtype=np.int64).reshape(-1, 3)
+    regs = np.asarray([s.registers for s in table.specs], dtype=np.int64)
+    t_min, t_max = None, None
+    with con:
+        for proc in procs:
+            rec = proc.recorder
+            gp = global_pid(proc.pid)
+            main = global_tid(proc.pid, proc.pid)
+            k = rec.kernel_arrays()
+            spec = k["spec"]
+            n = len(spec)
+            start = k["start"] - offset_ns
+            end = k["end"] - offset_ns
+            order = np.argsort(start, kind="stable")
+            kv = {
+                "start": start[order].tolist(), "end": end[order].tolist(),
+                "deviceId": proc.local_rank, "contextId": 1, "greenContextId": 0,
+                "streamId": k["stream"][order].tolist(), "correlationId": k["corr"][order].tolist(),
+                "globalPid": gp,
+                "shortName": spec_arr[spec[order], 0].tolist(), "demangledName": spec_arr[spec[order], 1].tolist(),
+                "mangledName": spec_arr[spec[order], 2].tolist(), "launchType": launch_type[spec[order]].tolist(),
+                "cacheConfig": 0, "registersPerThread": regs[spec[order]].tolist(),
+                "gridX": grid[spec[order], 0].tolist(), "gridY": 1, "gridZ": 1,
+                "blockX": block[spec[order], 0].tolist(), "blockY": 1, "blockZ": 1,
+                "staticSharedMemory": 0, "dynamicSharedMemory": 0, "localMemoryPerThread": 0,
+                "localMemoryTotal": 250_871_808, "gridId": list(range(1, n + 1)), "sharedMemoryExecuted": 32768,
+                "sharedMemoryLimitConfig": 0, "clusterX": 0, "clusterY": 0, "clusterZ": 0,
+                "clusterSchedulingPolicy": 1, "maxPotentialClusterSize": 0, "maxActiveClusters": 0,
+                "tensorSizeMinusOneElements": "[]",
+            }
+            _insert(con, "CUPTI_ACTIVITY_KIND_KERNEL", n, kv)
+            names = [sid(x) for x in rec.r_name]
+            rs = np.asarray(rec.r_start, dtype=np.int64) - offset_ns
+            _insert(con, "CUPTI_ACTIVITY_KIND_RUNTIME", len(names), {
+                "start": rs.tolist(), "end": (np.asarray(rec.r_end, dtype=np.int64) - offset_ns).tolist(),
+                "eventClass": [1 if x.startswith("cu") and not x.startswith("cuda") else 0 for x in rec.r_name],
+                "globalTid": main, "correlationId": rec.r_corr, "nameId": names, "returnValue": 0,
+            })
+            _write_nvtx(con, rec, main, sid, offset_ns, nvtx_ascii)
+            threads = [(main, "python3"), (main + 3, "pt_nccl_watchdg"), (main + 4, "pt_nccl_heartbt"),
+                       (main + 1, "[NSys]"), (main + 2, "[NSys Comms]")]
+            _insert(con, "ThreadNames", len(threads), {
+                "nameId": [sid(t[1]) for t in threads], "priority": 20, "globalTid": [t[0] for t in threads]})
+            _insert(con, "PROCESSES", 1, {"globalPid": gp, "pid": proc.pid, "name": "python3"})
+            streams = sorted(set(k["stream"].tolist()))
+            _insert(con, "TARGET_INFO_CUDA_STREAM", len(streams), {
+                "streamId": streams, "hwId": 0, "vmId": 1, "processId": proc.pid, "contextId": 1,
+                "priority": [0 if s == rec.compute_stream else -1 for s in streams], "flag": 2})
+            lo = min(int(start.min()) if n else 0, int(rs.min()) if len(rs) else 0)
+            hi = max(int(end.max()) if n else 0, int(rs.max()) if len(rs) else 0)
+            t_min = lo if t_min is None else min(t_min, lo)
+            t_max = hi if t_max is None else max(t_max, hi)
+        _write_gpus(con, schema, procs, gpu, node)
+        _write_meta(con, schema, procs, gpu, offset_ns, t_min or 0, t_max or 0, capture_command, node)
+        _insert(con, "StringIds", len(sid.ids), {"id": list(sid.ids.values()), "value": list(sid.ids.keys())})
+    con.close()
+
+
+def _write_nvtx(con: sqlite3.Connection, rec: RankRecorder, tid: int, sid: _Strings, offset_ns: int, ascii_text: bool) -> None:
+    """NVTX rows: domain creation, then ranges/marks. NCCL's strings are registered (textId); ours follow
+    the scenario (registered like Python `nvtx`, or plain text like C `nvtxRangePushA`)."""
+    if not rec.nvtx:
+        return
+    domains: dict[str, int] = {}
+    first = min(r[0] for r in rec.nvtx) - offset_ns
+    for *_, dom in rec.nvtx:
+        if dom not in domains:
+            domains[dom] = len(domains) + 1
+    starts, ends, etypes, texts, text_ids, dom_ids = [], [], [], [], [], []
+    for dom, did in domains.items():
+        starts.append(first - 10_000 + did)
+        ends.append(None)
+        etypes.append(NVTX_DOMAIN_CREATE)
+        texts.append(dom)
+        text_ids.append(None)
+        dom_ids.append(did)
+    for s, e, etype, text, dom in rec.nvtx:
+        starts.append(s - offset_ns)
+        ends.append(None if e is None else e - offset_ns)
+        etypes.append(etype)
+        registered = dom == "NCCL" or not ascii_text
+        texts.append(None if registered else text)
+        text_ids.append(sid(text) if registered else None)
+        dom_ids.append(domains[dom])
+    _insert(con, "NVTX_EVENTS", len(starts), {"start": starts, "end": ends, "eventType": etypes, "text": texts,
+                                              "textId": text_ids, "domainId": dom_ids, "globalTid": tid})
+
+
+def _write_gpus(con: sqlite3.Connection, schema: str, procs: list[ProcessOut], gpu: GpuModel, node: int) -> None:
+    devs = [p.local_rank for p in procs]
+    uuids = [f"GPU-{node:08x}-5ca1-4e0d-9a3b-{d:012x}" for d in devs]
+    _insert(con, "TARGET_INFO_GPU", len(devs), {
+        "vmId": 0, "id": devs, "name": gpu.name, "busLocation": [f"0000:{0x18 + 0x10 * d:02x}:00.0" for d in devs],
+        "isDiscrete": 1, "l2CacheSize": 52_428_800, "totalMemory": gpu.total_memory,
+        "memoryBandwidth": int(gpu.hbm_gbps * 1e9), "clockRate": gpu.clock_rate_hz, "smCount": gpu.sm_count,
+        "uuid": uuids, "chipName": gpu.chip, "cuDevice": devs, "computeMajor": gpu.compute_major,
+        "computeMinor": gpu.compute_minor, "smMajor": gpu.compute_major, "smMinor": gpu.compute_minor,
+        "threadsPerWarp": 32, "maxThreadsPerBlock": 1024, "maxWarpsPerSm": 64, "maxBlocksPerSm": 32,
+    })
+    if _has(con, "TARGET_INFO_CUDA_DEVICE"):
+        _insert(con, "TARGET_INFO_CUDA_DEVICE", len(devs), {
+            "gpuId": devs, "cudaId": devs, "pid": [p.pid for p in procs], "uuid": uuids, "numMultiprocessors": gpu.sm_count})
+
+
+def _write_meta(con: sqlite3.Connection, schema: str, procs: list[ProcessOut], gpu: GpuModel, offset_ns: int,
+                t_min: int, t_max: int, capture: tuple[str, list[str], dict[str, str]], node: int) -> None:
+    _, product, schema_version, date = SCHEMAS[schema]
+    major, minor, micro = schema_version.split(".")
+    utc = SESSION_UTC_NS + offset_ns
+    secs = utc // 1_000_000_000
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(secs))
+    meta = [("EXPORT_PRODUCT_NAME", "NVIDIA Nsight Systems"), ("EXPORT_PRODUCT_VERSION", product),
+            ("EXPORT_PRODUCT_DATE", date), ("EXPORT_SCHEMA_VERSION", schema_version),
+            ("EXPORT_SCHEMA_VERSION_MAJOR", major), ("EXPORT_SCHEMA_VERSION_MINOR", minor),
+            ("EXPORT_SCHEMA_VERSION_MICRO", micro), ("EXPORT_PLATFORM", "linux-desktop"), ("EXPORT_ARCH", "x64"),
+            ("EXPORT_HOST", f"node{node:03d}")]
+    if _has(con, "META_DATA_EXPORT"):
+        meta += [("EXPORT_PARAM_LAZY", "true"), ("EXPORT_PARAM_TIME_NORMALIZE", "false"), ("EXPORT_PARAM_TIME_SHIFT", "0")]
+        _insert(con, "META_DATA_EXPORT", len(meta), {"name": [m[0] for m in meta], "value": [m[1] for m in meta]})
+    else:
+        meta += [("EXPORT_LAZY", "true")]
+        _insert(con, "EXPORT_META_DATA", len(meta), {"name": [m[0] for m in meta], "value": [m[1] for m in meta]})
+    if _has(con, "META_DATA_CAPTURE"):
+        command, args, env = capture
+        rows = [("DEVICE_ID", "Local (CLI)"), ("CAPTURE_EVENT_TYPE", "NvtxEvents"), ("CAPTURE_EVENT_TYPE", "Cuda"),
+                ("START_TRIGGER", "Immediate"), ("PROCESS_0:HOW_TO_ATTACH", "LaunchAnother"),
+                ("PROCESS_0:COMMAND", command)]
+        rows += [(f"PROCESS_0:ARGUMENT_{i}", a) for i, a in enumerate(args)]
+        rows += [("PROCESS_0:WORKING_DIR", "/workspace/megatron"), ("PROCESS_0:COLLECT_NVTX_TRACE", "true"),
+                 ("PROCESS_0:COLLECT_CUDA_TRACE", "true")]
+        rows += [("PROCESS_0:ENVIRONMENT_VARIABLE", f'{k}="{v}"') for k, v in env.items()]
+        rows += [("RUN_DURATION_MS", str((t_max - t_min) // 1_000_000))]
+        _insert(con, "META_DATA_CAPTURE", len(rows), {"name": [r[0] for r in rows], "value": [r[1] for r in rows]})
+    _insert(con, "TARGET_INFO_SESSION_START_TIME", 1, {"utcEpochNs": utc, "utcTime": stamp, "localTime": stamp,
+                                                      "systemClockNs": 28_254_349_605})
+    env_rows = [("CpuCores", 1, "112"), ("Hostname", 619, f"node{node:03d}"), ("NvDriverVersion", 205, "570.124.06"),
+                ("CudaDriverVersion", 611, "12080"), ("OsDescription", 605, "Ubuntu 22.04.5 LTS")]
+    _insert(con, "TARGET_INFO_SYSTEM_ENV", len(env_rows), {
+        "globalVid": VM_BITS, "devStateName": "Local (CLI)", "name": [r[0] for r in env_rows],
+        "nameEnum": [r[1] for r in env_rows], "value": [r[2] for r in env_rows]})
+    _insert(con, "ANALYSIS_DETAILS", 1, {"globalVid": VM_BITS, "duration": t_max - t_min + 1_000_000,
+                                         "startTime": max(0, t_min - 500_000), "stopTime": t_max + 500_000})
