@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from perfdoctor import __version__
+from perfdoctor.classify.groups import label_groups
 from perfdoctor.classify.timeline import copy_classes, kernel_classes
 from perfdoctor.load.run import load_run
 from perfdoctor.measure.breakdown import activity_window, summarize
@@ -25,11 +26,12 @@ def analyze(paths: list[Path], config: dict[str, Any] | None = None) -> Report:
     for tl in run.timelines:
         kcls = kernel_classes(tl.kernels)
         ccls = copy_classes(tl.memcpy)
+        groups = label_groups(tl, (kcls["category"] == "comm").to_numpy())
         window = activity_window(tl)
         steps = find_steps(tl, window) if window else None
         devices.append(summarize(tl, kcls, ccls, steps))
         if steps is not None:
-            per_rank[str(tl.rank)] = timeline_metrics(tl, kcls, ccls, steps)
+            per_rank[str(tl.rank)] = timeline_metrics(tl, kcls, ccls, steps, groups)
     warnings = list(run.warnings)
     if any(d.step_source == "window" for d in devices if d.window):
         warnings.append("no step markers found (perfdoctor `step` or `ProfilerStep#N` ranges): "

@@ -12,12 +12,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from perfdoctor.classify.groups import GROUPS, GroupLabels
 from perfdoctor.measure import intervals as iv
 from perfdoctor.measure.breakdown import gpu_activity
 from perfdoctor.measure.steps import Steps
 from perfdoctor.model import Timeline
-
-GROUPS = ("dp", "tp", "cp", "pp", "ep", "other")
 
 METRIC_KEYS: tuple[str, ...] = (
     "step.time_ms", "step.time_p90_ms", "gpu.busy_fraction", "compute.fraction",
@@ -33,8 +32,13 @@ METRIC_KEYS: tuple[str, ...] = (
 NS_PER_MS = 1e6
 
 
-def timeline_metrics(tl: Timeline, kcls: pd.DataFrame, ccls: pd.DataFrame, steps: Steps) -> dict[str, Any]:
-    """Metrics of one timeline that the breakdown can already support; the rest stay ``None``."""
+def timeline_metrics(tl: Timeline, kcls: pd.DataFrame, ccls: pd.DataFrame, steps: Steps,
+                     groups: GroupLabels) -> dict[str, Any]:
+    """Metrics of one timeline that the measurements can support; the rest stay ``None``.
+
+    Per-group communication metrics need group labels: without any (a plain capture, before the
+    heuristics of the group classifier apply) they stay ``None`` rather than report zeros.
+    """
     out: dict[str, Any] = dict.fromkeys(METRIC_KEYS)
     if not len(steps):
         return out
@@ -65,6 +69,15 @@ def timeline_metrics(tl: Timeline, kcls: pd.DataFrame, ccls: pd.DataFrame, steps
     out["comm.exposed_fraction"] = _median(exposed / safe)
     out["kernels.gemm_fraction"] = _median(per_step(iv.union(k["start"].to_numpy()[gemm],
                                                               k["end"].to_numpy()[gemm])) / safe)
+    if groups.any_labelled:
+        compute_set = compute
+        for g in GROUPS:
+            mine = (groups.group == g)
+            g_set = iv.union(k["start"].to_numpy()[mine], k["end"].to_numpy()[mine])
+            g_exposed = per_step(iv.subtract(g_set, compute_set))
+            out[f"comm.{g}.time_ms"] = _median(per_step(g_set)) / NS_PER_MS
+            out[f"comm.{g}.exposed_ms"] = _median(g_exposed) / NS_PER_MS
+            out[f"comm.{g}.exposed_fraction"] = _median(g_exposed / safe)
     starts = np.sort(k["start"].to_numpy())
     in_step = np.searchsorted(starts, steps.ends) - np.searchsorted(starts, steps.starts)
     out["kernels.count_per_step"] = _median(in_step.astype(np.float64))

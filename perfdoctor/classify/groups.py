@@ -1,0 +1,64 @@
+"""Which parallel group (DP/TP/CP/PP/EP) each communication kernel belongs to.
+
+Sources, strongest first (DESIGN §4): perfdoctor ``comm ... group=<g>`` NVTX ranges projected onto the
+kernels they launched (``label_source`` "nvtx"). Kernels no source can label keep ``None``: a guess
+is never presented as a fact.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from perfdoctor.classify.projection import NO_RANGE, enclosing_range, launch_calls
+from perfdoctor.load.labels import labelled, parse_label
+from perfdoctor.model import Timeline
+
+GROUPS = ("dp", "tp", "cp", "pp", "ep", "other")
+# Megatron's finer groups fold into the report's groups: expert-TP is TP traffic, expert-DP is DP
+# traffic; embedding and model-parallel (grad-norm, loss) reductions are small "other" traffic.
+FOLD = {"etp": "tp", "edp": "dp", "embd": "other", "mp": "other"}
+
+
+@dataclass(frozen=True)
+class GroupLabels:
+    """Per comm kernel (aligned with the kernels table; ``None`` for compute kernels or unknown)."""
+
+    group: np.ndarray  # object: dp|tp|cp|pp|ep|other|None
+    source: np.ndarray  # object: nvtx|None
+
+    @property
+    def any_labelled(self) -> bool:
+        return bool(np.any(self.source != None))  # noqa: E711 (elementwise on an object array)
+
+
+def label_groups(tl: Timeline, is_comm: np.ndarray) -> GroupLabels:
+    """Label the comm kernels (``is_comm`` mask over ``tl.kernels``) of one timeline."""
+    n = len(tl.kernels)
+    group = np.full(n, None, dtype=object)
+    source = np.full(n, None, dtype=object)
+    comm_idx = np.flatnonzero(is_comm)
+    if comm_idx.size:
+        _from_nvtx(tl, comm_idx, group, source)
+    return GroupLabels(group, source)
+
+
+def _from_nvtx(tl: Timeline, comm_idx: np.ndarray, group: np.ndarray, source: np.ndarray) -> None:
+    ranges = labelled(tl.nvtx, "comm")
+    ranges = ranges[ranges["end"].to_numpy() >= 0]
+    if not len(ranges):
+        return
+    names = np.array([_group_of(t) for t in ranges["text"]], dtype=object)
+    c_start, c_end, c_tid = launch_calls(tl.kernels.iloc[comm_idx], tl.api)
+    which = enclosing_range(c_start, c_end, c_tid, ranges)
+    hit = which != NO_RANGE
+    group[comm_idx[hit]] = names[which[hit]]
+    source[comm_idx[hit]] = "nvtx"
+
+
+def _group_of(text: str) -> str:
+    g = parse_label(text)[1].get("group", "other").lower()
+    g = FOLD.get(g, g)
+    return g if g in GROUPS else "other"
+
