@@ -82,6 +82,20 @@ def analyze(
                 render_terminal(report, Console(file=fh, width=120, no_color=True))
 
 
+@app.command()
+def synth(
+    scenario: Annotated[Path, typer.Argument(help="Scenario YAML (see perfdoctor/synth/scenarios/).")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Directory for the traces and truth files.")],
+    seed: Annotated[Optional[int], typer.Option(help="Override the scenario's seed.")] = None,
+    schema: Annotated[Optional[str], typer.Option(help="nsys export schema style to write.")] = None,
+) -> None:
+    """Simulate a Megatron training step and write nsys SQLite traces plus ground-truth JSON."""
+    from perfdoctor.synth import run_scenario
+
+    for path in run_scenario(scenario, out, seed=seed, schema=schema):
+        typer.echo(str(path))
+
+
 def _open_output(path: Path):
     try:
         return path.open("w", encoding="utf-8")
