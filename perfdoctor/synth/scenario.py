@@ -62,7 +62,7 @@ _SPEC: dict[str, dict[str, tuple[type | tuple[type, ...], Any, tuple[Any, ...] |
         "layernorm_sm_margin": (int, 16, None),
         "cp_network": (bool, False, None),
         "dp_network": (bool, True, None),
-        "pp_network": (bool, True, None),
+        "pp_network": (bool, False, None),
     },
     "host": {
         "launch_us": ((int, float), 4.0, None),

@@ -1,0 +1,36 @@
+"""Regenerate the synthetic sample traces: `python scripts/regen_samples.py [OUT_DIR]`.
+
+Every scenario shipped in perfdoctor/synth/scenarios/ is written to `<OUT_DIR>/<scenario>/` (default
+`sample_traces/`). Output is deterministic (seeded, no wall-clock values), and tests/synth compares a
+fresh regeneration with the committed files. Real captures in sample_traces/ are not touched.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from importlib import resources
+from pathlib import Path
+
+from perfdoctor.synth import run_scenario
+
+
+def scenario_files() -> list[Path]:
+    """The packaged scenario YAMLs, sorted by name."""
+    return sorted(Path(str(resources.files("perfdoctor.synth").joinpath("scenarios"))).glob("*.yaml"))
+
+
+def main(argv: list[str]) -> int:
+    root = Path(argv[1]) if len(argv) > 1 else Path(__file__).resolve().parent.parent / "sample_traces"
+    for path in scenario_files():
+        out = root / path.stem
+        if out.exists():
+            shutil.rmtree(out)
+        written = run_scenario(path, out)
+        size = sum(p.stat().st_size for p in written) / 2**20
+        print(f"{path.stem:28s} {len(written)} file(s) {size:6.2f} MiB")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
