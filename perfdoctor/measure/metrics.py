@@ -15,6 +15,7 @@ import pandas as pd
 from perfdoctor.classify.groups import GROUPS, GroupLabels
 from perfdoctor.measure import intervals as iv
 from perfdoctor.measure.breakdown import gpu_activity
+from perfdoctor.measure.host import CAUSES, host_gaps
 from perfdoctor.measure.steps import Steps
 from perfdoctor.model import Timeline
 
@@ -23,7 +24,8 @@ METRIC_KEYS: tuple[str, ...] = (
     "comm.time_ms", "comm.exposed_ms", "comm.exposed_fraction",
     *(f"comm.{g}.{m}" for g in GROUPS for m in ("time_ms", "exposed_ms", "exposed_fraction")),
     "pipeline.bubble_fraction", "pipeline.bubble_fraction_theory",
-    "host.idle_fraction", "host.launch_bound_ms", "host.sync_ms", "host.gc_ms",
+    "host.idle_fraction", "host.launch_bound_ms", "host.sync_ms", "host.gc_ms", "host.data_ms", "host.other_ms",
+    "host.device_wait_ms",
     "ln.blocked_count", "ln.blocked_ms",
     "kernels.count_per_step", "kernels.gemm_fraction",
     "mfu", "memory.peak_allocated_bytes", "memory.peak_reserved_bytes",
@@ -69,6 +71,11 @@ def timeline_metrics(tl: Timeline, kcls: pd.DataFrame, ccls: pd.DataFrame, steps
     out["comm.exposed_fraction"] = _median(exposed / safe)
     out["kernels.gemm_fraction"] = _median(per_step(iv.union(k["start"].to_numpy()[gemm],
                                                               k["end"].to_numpy()[gemm])) / safe)
+    gaps = host_gaps(tl, steps, busy)
+    out["host.idle_fraction"] = _median(gaps.idle / safe)
+    for cause in CAUSES:
+        out[f"host.{cause}_ms"] = _median(gaps.by_cause[cause]) / NS_PER_MS
+    out["host.device_wait_ms"] = _median(gaps.device_wait) / NS_PER_MS
     if groups.any_labelled:
         compute_set = compute
         for g in GROUPS:

@@ -1,0 +1,142 @@
+"""Host gaps: device-idle time inside steps, and what the CPU was doing that caused it (DESIGN §3).
+
+A gap is *host-caused* when the launch call of the op that ends it had not begun when the gap began
+(the CPU was late); otherwise the device was waiting on something else (a dependency, another rank).
+A host-caused gap is attributed, whole, to what the launching thread was doing at the instant the
+device went idle: inside a CUDA synchronize or blocking copy → ``sync``; inside a ``gc`` range →
+``gc``; inside a data-loading range → ``data``; otherwise → ``launch_bound``. Gaps whose next op has
+no launch call in the trace cannot be attributed and count as ``other``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from perfdoctor.classify.projection import launch_calls
+from perfdoctor.load.labels import labelled
+from perfdoctor.measure import intervals as iv
+from perfdoctor.measure.steps import Steps
+from perfdoctor.model import Timeline
+
+CAUSES = ("launch_bound", "sync", "gc", "data", "other")
+
+# Calls that block the CPU until the device drains (names without the _vNNNN suffix).
+BLOCKING_API = re.compile(
+    r"^(cuda(Device|Stream|Event|Ctx|Thread)Synchronize|cu(Ctx|Stream|Event)Synchronize"
+    r"|cudaMemcpy(2D|3D)?(ToSymbol|FromSymbol|ToArray|FromArray)?|cudaMemcpyPeer|cudaMemset(2D|3D)?"
+    r"|cuMemcpy(DtoH|HtoD|DtoD|AtoH|HtoA|Peer)?(_v\d+)?)$"
+)
+# Data-loading ranges: perfdoctor's own label, or what PyTorch's profiler names the DataLoader fetch.
+DATA_RANGE = re.compile(r"^(data( .*)?|enumerate\(DataLoader\).*|.*DataLoaderIter.*__next__.*)$")
+
+
+@dataclass(frozen=True)
+class HostGaps:
+    """Per step (aligned with the steps), ns of device idle time by cause, and device-side waits."""
+
+    by_cause: dict[str, np.ndarray]
+    device_wait: np.ndarray
+    idle: np.ndarray
+
+
+def host_gaps(tl: Timeline, steps: Steps, busy: iv.Intervals) -> HostGaps:
+    """Attribute every idle interval of ``busy`` inside the steps."""
+    n = len(steps)
+    by_cause = {c: np.zeros(n) for c in CAUSES}
+    device_wait = np.zeros(n)
+    # Steps stay separate intervals (not merged when they touch), so a gap spanning a step boundary is
+    # split and each step is charged its own part.
+    step_ends = np.minimum(steps.ends, np.append(steps.starts[1:], steps.ends[-1]))
+    gaps = iv.intersect(iv.complement(busy, int(steps.starts.min()), int(steps.ends.max())),
+                        (steps.starts, step_ends))
+    g0, g1 = gaps
+    if not g0.size:
+        return HostGaps(by_cause, device_wait, device_wait.copy())
+    step_of = np.clip(np.searchsorted(steps.starts, g0, side="right") - 1, 0, n - 1)
+    length = (g1 - g0).astype(np.float64)
+
+    ops = _ops(tl)
+    op_start = ops["start"].to_numpy()
+    call_start, _, call_tid = launch_calls(ops, tl.api)
+    nxt = np.searchsorted(op_start, g1, side="left")  # the op that ends the gap (first start >= gap end)
+    has_next = nxt < op_start.size
+    nxt_c = np.minimum(nxt, max(op_start.size - 1, 0))
+    next_launch = np.where(has_next, call_start[nxt_c] if op_start.size else -1, -1)
+    next_tid = np.where(has_next, call_tid[nxt_c] if op_start.size else -1, -1)
+    main_tid = _main_thread(call_tid)
+    # No later op: the CPU never launched again within the trace; look at the main launching thread.
+    next_tid = np.where(has_next, next_tid, main_tid)
+    unknown = has_next & (next_launch < 0)
+    host_caused = ~unknown & (~has_next | (next_launch >= g0))
+
+    cause = np.full(g0.size, "launch_bound", dtype=object)
+    cause[_inside(g0, next_tid, _ranges_where(tl, "data"))] = "data"
+    cause[_inside(g0, next_tid, _ranges_where(tl, "gc"))] = "gc"
+    cause[_inside(g0, next_tid, _blocking_calls(tl.api))] = "sync"
+    cause[unknown] = "other"
+
+    for c in CAUSES:
+        sel = host_caused & (cause == c) if c != "other" else unknown
+        by_cause[c] = np.bincount(step_of[sel], weights=length[sel], minlength=n)
+    device_wait = np.bincount(step_of[~host_caused & ~unknown], weights=length[~host_caused & ~unknown],
+                              minlength=n)
+    idle = np.bincount(step_of, weights=length, minlength=n)
+    return HostGaps(by_cause, device_wait, idle)
+
+
+def _ops(tl: Timeline) -> pd.DataFrame:
+    """Every device op with its correlation id, sorted by start."""
+    cols = ["start", "end", "correlation_id"]
+    ops = pd.concat([tl.kernels[cols], tl.memcpy[cols], tl.memset[cols]], ignore_index=True)
+    return ops.sort_values("start", kind="stable").reset_index(drop=True)
+
+
+def _main_thread(call_tid: np.ndarray) -> int:
+    known = call_tid[call_tid >= 0]
+    if not known.size:
+        return -1
+    values, counts = np.unique(known, return_counts=True)
+    return int(values[np.argmax(counts)])
+
+
+def _blocking_calls(api: pd.DataFrame) -> pd.DataFrame:
+    if not len(api):
+        return api
+    names = api["name"].cat.categories if hasattr(api["name"], "cat") else pd.Index(api["name"].unique())
+    blocking = {n for n in names if BLOCKING_API.match(str(n))}
+    return api[api["name"].isin(blocking).to_numpy()]
+
+
+def _ranges_where(tl: Timeline, kind: str) -> pd.DataFrame:
+    """GC ranges (perfdoctor ``gc``) or data-loading ranges (perfdoctor ``data`` or DataLoader names)."""
+    ranges = tl.nvtx[tl.nvtx["end"].to_numpy() >= 0] if len(tl.nvtx) else tl.nvtx
+    if kind == "gc":
+        return labelled(ranges, "gc")
+    if not len(ranges):
+        return ranges
+    texts = ranges["text"].to_numpy(dtype=object)
+    mask = np.array([isinstance(t, str) and bool(DATA_RANGE.match(t)) for t in texts], dtype=bool)
+    return ranges[mask]
+
+
+def _inside(t: np.ndarray, tid: np.ndarray, spans: pd.DataFrame) -> np.ndarray:
+    """Whether instant ``t[i]`` lies inside one of ``spans`` (start <= t < end) on thread ``tid[i]``."""
+    result = np.zeros(t.size, dtype=bool)
+    if not len(spans) or not t.size:
+        return result
+    s_tid = spans["tid"].to_numpy()
+    for thread in np.unique(s_tid):
+        sel = s_tid == thread
+        cover = iv.union(spans["start"].to_numpy()[sel], spans["end"].to_numpy()[sel])
+        mine = np.flatnonzero(tid == thread)
+        if not mine.size:
+            continue
+        k = np.searchsorted(cover[0], t[mine], side="right") - 1
+        ok = k >= 0
+        kk = np.maximum(k, 0)
+        result[mine] = ok & (t[mine] < cover[1][kk])
+    return result
