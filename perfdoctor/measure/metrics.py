@@ -16,6 +16,7 @@ from perfdoctor.classify.groups import GROUPS, GroupLabels
 from perfdoctor.measure import intervals as iv
 from perfdoctor.measure.breakdown import gpu_activity
 from perfdoctor.measure.host import CAUSES, host_gaps
+from perfdoctor.measure.layernorm import blocked_norms
 from perfdoctor.measure.steps import Steps
 from perfdoctor.model import Timeline
 
@@ -76,6 +77,9 @@ def timeline_metrics(tl: Timeline, kcls: pd.DataFrame, ccls: pd.DataFrame, steps
     for cause in CAUSES:
         out[f"host.{cause}_ms"] = _median(gaps.by_cause[cause]) / NS_PER_MS
     out["host.device_wait_ms"] = _median(gaps.device_wait) / NS_PER_MS
+    ln = blocked_norms(tl, kcls, steps)
+    out["ln.blocked_count"] = _median(ln.count_per_step)
+    out["ln.blocked_ms"] = _median(ln.ms_per_step)
     if groups.any_labelled:
         compute_set = compute
         for g in GROUPS:

@@ -1,0 +1,127 @@
+"""Persistent LayerNorm/RMSNorm kernels blocked behind NCCL (the missing SM-margin symptom).
+
+Transformer Engine's tuned norms are cooperative launches that need all their SMs at once. While an
+NCCL kernel on another stream holds SMs they cannot become resident, so they start only when it ends,
+with the compute stream idle meanwhile. ``NVTE_FWD/BWD_LAYERNORM_SM_MARGIN`` leaves SMs free for
+exactly this (DESIGN §3).
+
+A norm counts as blocked when (1) it was *ready* — its launch call had returned and the previous
+kernel on its stream had finished — while NCCL kernels on other streams were running, (2) that NCCL
+activity (one kernel or a back-to-back chain) lasted without a break until within ``START_SLACK_NS``
+of the norm's start, (3) it waited longer than
+``MIN_DELAY_NS``, and (4) its thread issued no ``cudaStreamWaitEvent`` between the previous launch on
+that stream and its own, which would make the wait a data dependency rather than SM contention.
+The delay is start − ready.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from perfdoctor.classify.projection import launch_calls
+from perfdoctor.measure import intervals as iv
+from perfdoctor.measure.steps import Steps
+from perfdoctor.model import Timeline
+
+START_SLACK_NS = 20_000  # the norm starts right after the NCCL kernel ends
+MIN_DELAY_NS = 20_000  # shorter waits are launch latency, not blocking
+STREAM_WAIT_API = ("cudaStreamWaitEvent", "cuStreamWaitEvent")
+MARGIN_ENV = ("NVTE_FWD_LAYERNORM_SM_MARGIN", "NVTE_BWD_LAYERNORM_SM_MARGIN")
+
+
+@dataclass(frozen=True)
+class BlockedNorms:
+    index: np.ndarray  # rows of tl.kernels that were blocked
+    delay_ns: np.ndarray
+    blocker: np.ndarray  # row of the NCCL kernel each waited for
+    count_per_step: np.ndarray
+    ms_per_step: np.ndarray
+
+
+def blocked_norms(tl: Timeline, kcls: pd.DataFrame, steps: Steps) -> BlockedNorms:
+    k = tl.kernels
+    empty = np.zeros(0, dtype=np.int64)
+    n_steps = len(steps)
+    none = BlockedNorms(empty, empty, empty, np.zeros(n_steps), np.zeros(n_steps))
+    category = kcls["category"].to_numpy(dtype=object) if len(k) else np.zeros(0, dtype=object)
+    persistent = (category == "norm_persistent") | ((category == "norm") & (k["launch_type"].to_numpy() >= 2))
+    comm = category == "comm"
+    if not persistent.any() or not comm.any():
+        return none
+
+    start, end, stream = k["start"].to_numpy(), k["end"].to_numpy(), k["stream"].to_numpy()
+    call_start, call_end, call_tid = launch_calls(k, tl.api)
+    prev_end, prev_call = _previous_on_stream(start, end, stream, call_start)
+    norms = np.flatnonzero(persistent & (call_end >= 0))
+    ready = np.maximum(call_end[norms], prev_end[norms])
+    waited = start[norms] - ready > MIN_DELAY_NS
+
+    holds = np.zeros(norms.size, dtype=bool)
+    blocker = np.full(norms.size, -1, dtype=np.int64)
+    for s_id in np.unique(stream[norms]):
+        mine = np.flatnonzero(stream[norms] == s_id)
+        others = np.flatnonzero(comm & (stream != s_id))
+        if not others.size:
+            continue
+        holds[mine], blocker[mine] = _held_by(start[norms[mine]], ready[mine], start[others], end[others], others)
+    dependency = _stream_wait_between(tl.api, call_tid[norms], prev_call[norms], call_start[norms])
+    hit = waited & holds & ~dependency
+    index = norms[hit]
+    delay = (start[index] - ready[hit]).astype(np.int64)
+    step_of = np.searchsorted(steps.starts, start[index], side="right") - 1
+    inside = (step_of >= 0) & (start[index] < steps.ends[np.maximum(step_of, 0)])
+    count = np.bincount(step_of[inside], minlength=n_steps).astype(np.float64)
+    ns = np.bincount(step_of[inside], weights=delay[inside].astype(np.float64), minlength=n_steps)
+    return BlockedNorms(index, delay, blocker[hit], count, ns / 1e6)
+
+
+def _held_by(norm_start: np.ndarray, ready: np.ndarray, c_start: np.ndarray, c_end: np.ndarray,
+             c_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Whether NCCL activity covered [ready, start − slack] without a break and ended just before
+    the norm started; and the row of the NCCL kernel that ended last before the norm."""
+    cover = iv.union(c_start, c_end)
+    k = np.searchsorted(cover[0], ready, side="right") - 1
+    kk = np.maximum(k, 0)
+    gap = norm_start - cover[1][kk]
+    held = (k >= 0) & (ready < cover[1][kk]) & (gap >= 0) & (gap <= START_SLACK_NS)
+    by_end = np.argsort(c_end, kind="stable")
+    last = np.searchsorted(c_end[by_end], norm_start, side="right") - 1
+    return held, np.where(last >= 0, c_rows[by_end[np.maximum(last, 0)]], -1)
+
+
+def _previous_on_stream(start: np.ndarray, end: np.ndarray, stream: np.ndarray,
+                        call_start: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For each kernel, the end of the kernel before it on its stream, and that kernel's launch start."""
+    order = np.lexsort((start, stream))
+    prev_end = np.full(start.size, -1, dtype=np.int64)
+    prev_call = np.full(start.size, -1, dtype=np.int64)
+    same = stream[order][1:] == stream[order][:-1]
+    cur, before = order[1:][same], order[:-1][same]
+    prev_end[cur] = end[before]
+    prev_call[cur] = call_start[before]
+    return prev_end, prev_call
+
+
+def _stream_wait_between(api: pd.DataFrame, tid: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """Whether thread ``tid[i]`` called cudaStreamWaitEvent in ``(lo[i], hi[i])``."""
+    result = np.zeros(tid.size, dtype=bool)
+    if not len(api) or not tid.size:
+        return result
+    waits = api[api["name"].isin(STREAM_WAIT_API).to_numpy()]
+    if not len(waits):
+        return result
+    w_tid, w_start = waits["tid"].to_numpy(), waits["start"].to_numpy()
+    for thread in np.unique(tid):
+        mine = np.flatnonzero(tid == thread)
+        times = np.sort(w_start[w_tid == thread])
+        count = np.searchsorted(times, hi[mine], side="left") - np.searchsorted(times, lo[mine], side="right")
+        result[mine] = count > 0
+    return result
+
+
+def sm_margins(env: dict[str, str]) -> dict[str, str | None]:
+    """The SM-margin variables as captured (``None`` = not set in the captured environment)."""
+    return {name: env.get(name) for name in MARGIN_ENV}
