@@ -31,9 +31,8 @@ class StageProgram:
     """Kernel sequence and timing of every rank of one pipeline stage (they are identical by symmetry)."""
 
     def __init__(self, sc: Scenario, gpu: GpuModel, stage: int, rec: RankRecorder, mailbox: dict[tuple, int],
-                 rng: np.random.Generator, rank_mark: tuple[int, int, int]) -> None:
+                 rng: np.random.Generator) -> None:
         self.sc, self.gpu, self.stage, self.rec, self.mailbox, self.rng = sc, gpu, stage, rec, mailbox, rng
-        self.rank_mark = rank_mark
         m, p, k, c = sc.model, sc.parallel, sc.kernels, sc.comm
         self.tp, self.pp, self.vpp, self.cp, self.dp, self.ep = p["tp"], p["pp"], p["vpp"], p["cp"], p["dp"], p["ep"]
         self.m = m["num_microbatches"]
@@ -556,8 +555,7 @@ class StageProgram:
         """All steps of this stage; yields mailbox keys whenever it waits on a pipeline peer."""
         self.step_starts: list[int] = []
         if self.label_pd:
-            r, local, world = self.rank_mark
-            self.rec.mark(f"rank r={r} local={local} world={world}", "perfdoctor")
+            # the per-process `rank` mark is added by the writer, which knows which rank each file holds
             self.rec.mark("config " + json.dumps(config_mark, separators=(",", ":")), "perfdoctor")
         self.rec.host_work(2e6)
         for step in range(self.sc.run["steps"]):

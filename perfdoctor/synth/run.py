@@ -75,7 +75,8 @@ def run_scenario(scenario: str | Path | dict[str, Any] | Scenario, out_dir: Path
         for rank in ranks:
             local = rank % gpn
             res = stages[sc.stage_of(rank)]
-            procs.append(ProcessOut(rank, local, 3000 + 211 * local + 17 * (node % 50), res.recorder, {}))
+            mark = f"rank r={rank} local={local} world={sc.world_size}" if sc.labels["perfdoctor"] else None
+            procs.append(ProcessOut(rank, local, 3000 + 211 * local + 17 * (node % 50), res.recorder, mark))
         if per_node:
             capture = ("torchrun", [f"--nproc_per_node={gpn}", f"--node_rank={node}", "pretrain_gpt.py"], _env(sc, None, None))
         else:

@@ -61,7 +61,7 @@ def simulate(sc: Scenario, seed: int) -> tuple[list[StageResult], KernelTable, G
         rec = RankRecorder(rank=sc.rank_of(stage), table=table, cost=cost, rng=rng,
                            sm_margin=sc.comm["layernorm_sm_margin"], compute_stream=sc.kernels["stream_base"])
         rec.host = 1_500_000_000 + int(rng.integers(0, 5_000_000))
-        prog = StageProgram(sc, gpu, stage, rec, mailbox, rng, (sc.rank_of(stage), 0, sc.world_size))
+        prog = StageProgram(sc, gpu, stage, rec, mailbox, rng)
         programs.append(prog)
         recs.append(rec)
         gens.append(prog.run(mark))

@@ -21,7 +21,7 @@ import numpy as np
 
 from perfdoctor.synth.gpu import GpuModel
 from perfdoctor.synth.kernels import KernelTable
-from perfdoctor.synth.recorder import NVTX_DOMAIN_CREATE, RankRecorder
+from perfdoctor.synth.recorder import NVTX_DOMAIN_CREATE, NVTX_MARK, RankRecorder
 
 SCHEMAS = {
     "2022.4": ("2022.4.2.sql", "2022.4.2.1", "3.0.0", "2022.4"),
@@ -40,7 +40,7 @@ class ProcessOut:
     local_rank: int
     pid: int
     recorder: RankRecorder
-    env: dict[str, str]
+    rank_mark: str | None  # `rank r=.. local=.. world=..` when perfdoctor labels are on
 
 
 def global_pid(pid: int) -> int:
@@ -139,7 +139,7 @@ def write_trace(path: Path, schema: str, procs: list[ProcessOut], table: KernelT
                 "eventClass": [1 if x.startswith("cu") and not x.startswith("cuda") else 0 for x in rec.r_name],
                 "globalTid": main, "correlationId": rec.r_corr, "nameId": names, "returnValue": 0,
             })
-            _write_nvtx(con, rec, main, sid, offset_ns, nvtx_ascii)
+            _write_nvtx(con, rec, main, sid, offset_ns, nvtx_ascii, proc.rank_mark)
             threads = [(main, "python3"), (main + 3, "pt_nccl_watchdg"), (main + 4, "pt_nccl_heartbt"),
                        (main + 1, "[NSys]"), (main + 2, "[NSys Comms]")]
             _insert(con, "ThreadNames", len(threads), {
@@ -159,14 +159,17 @@ def write_trace(path: Path, schema: str, procs: list[ProcessOut], table: KernelT
     con.close()
 
 
-def _write_nvtx(con: sqlite3.Connection, rec: RankRecorder, tid: int, sid: _Strings, offset_ns: int, ascii_text: bool) -> None:
+def _write_nvtx(con: sqlite3.Connection, rec: RankRecorder, tid: int, sid: _Strings, offset_ns: int, ascii_text: bool,
+                rank_mark: str | None) -> None:
     """NVTX rows: domain creation, then ranges/marks. NCCL's strings are registered (textId); ours follow
     the scenario (registered like Python `nvtx`, or plain text like C `nvtxRangePushA`)."""
     if not rec.nvtx:
         return
+    first = min(r[0] for r in rec.nvtx)
+    rows = ([(first, None, NVTX_MARK, rank_mark, "perfdoctor")] if rank_mark else []) + rec.nvtx
+    first -= offset_ns
     domains: dict[str, int] = {}
-    first = min(r[0] for r in rec.nvtx) - offset_ns
-    for *_, dom in rec.nvtx:
+    for *_, dom in rows:
         if dom not in domains:
             domains[dom] = len(domains) + 1
     starts, ends, etypes, texts, text_ids, dom_ids = [], [], [], [], [], []
@@ -177,7 +180,7 @@ def _write_nvtx(con: sqlite3.Connection, rec: RankRecorder, tid: int, sid: _Stri
         texts.append(dom)
         text_ids.append(None)
         dom_ids.append(did)
-    for s, e, etype, text, dom in rec.nvtx:
+    for s, e, etype, text, dom in rows:
         starts.append(s - offset_ns)
         ends.append(None if e is None else e - offset_ns)
         etypes.append(etype)
