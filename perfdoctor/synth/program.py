@@ -33,7 +33,7 @@ class StageProgram:
     def __init__(self, sc: Scenario, gpu: GpuModel, stage: int, rec: RankRecorder, mailbox: dict[tuple, int],
                  rng: np.random.Generator) -> None:
         self.sc, self.gpu, self.stage, self.rec, self.mailbox, self.rng = sc, gpu, stage, rec, mailbox, rng
-        m, p, k, c = sc.model, sc.parallel, sc.kernels, sc.comm
+        m, p, k = sc.model, sc.parallel, sc.kernels
         self.tp, self.pp, self.vpp, self.cp, self.dp, self.ep = p["tp"], p["pp"], p["vpp"], p["cp"], p["dp"], p["ep"]
         self.m = m["num_microbatches"]
         self.fp8 = k["precision"] == "fp8"

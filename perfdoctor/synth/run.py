@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from perfdoctor.errors import InputError
 from perfdoctor.synth.scenario import Scenario, load_scenario, scenario_from_dict
 from perfdoctor.synth.simulate import config_mark, simulate
 from perfdoctor.synth.truth import rank_truth
@@ -55,8 +56,6 @@ def run_scenario(scenario: str | Path | dict[str, Any] | Scenario, out_dir: Path
     seed = sc.run["seed"] if seed is None else seed
     schema = schema or sc.output["schema"]
     if schema not in SCHEMAS:
-        from perfdoctor.errors import InputError
-
         raise InputError(f"schema {schema!r} unknown (known: {', '.join(SCHEMAS)})")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
