@@ -26,7 +26,7 @@ def analyze(paths: list[Path], config: dict[str, Any] | None = None) -> Report:
     for tl in run.timelines:
         kcls = kernel_classes(tl.kernels)
         ccls = copy_classes(tl.memcpy)
-        groups = label_groups(tl, (kcls["category"] == "comm").to_numpy())
+        groups = label_groups(tl, kcls)
         window = activity_window(tl)
         steps = find_steps(tl, window) if window else None
         devices.append(summarize(tl, kcls, ccls, steps))

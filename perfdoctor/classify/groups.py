@@ -1,8 +1,9 @@
 """Which parallel group (DP/TP/CP/PP/EP) each communication kernel belongs to.
 
 Sources, strongest first (DESIGN §4): perfdoctor ``comm ... group=<g>`` NVTX ranges projected onto the
-kernels they launched (``label_source`` "nvtx"). Kernels no source can label keep ``None``: a guess
-is never presented as a fact.
+kernels they launched (``label_source`` "nvtx"); then facts of the kernel itself (``heuristic``):
+Transformer Engine userbuffers kernels exist only for TP comm-GEMM overlap. Kernels no source can
+label keep ``None``: a guess is never presented as a fact.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 
 from perfdoctor.classify.projection import NO_RANGE, enclosing_range, launch_calls
 from perfdoctor.load.labels import labelled, parse_label
@@ -33,14 +35,17 @@ class GroupLabels:
         return bool(np.any(self.source != None))  # noqa: E711 (elementwise on an object array)
 
 
-def label_groups(tl: Timeline, is_comm: np.ndarray) -> GroupLabels:
-    """Label the comm kernels (``is_comm`` mask over ``tl.kernels``) of one timeline."""
+def label_groups(tl: Timeline, kcls: pd.DataFrame) -> GroupLabels:
+    """Label the comm kernels of one timeline (``kcls``: the taxonomy of ``tl.kernels``)."""
     n = len(tl.kernels)
     group = np.full(n, None, dtype=object)
     source = np.full(n, None, dtype=object)
-    comm_idx = np.flatnonzero(is_comm)
+    comm_idx = np.flatnonzero((kcls["category"] == "comm").to_numpy()) if n else np.zeros(0, dtype=np.int64)
     if comm_idx.size:
         _from_nvtx(tl, comm_idx, group, source)
+        userbuffers = (kcls["library"].to_numpy(dtype=object) == "userbuffers") & (source == None)  # noqa: E711
+        group[userbuffers] = "tp"
+        source[userbuffers] = "heuristic"
     return GroupLabels(group, source)
 
 
