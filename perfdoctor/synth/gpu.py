@@ -47,7 +47,9 @@ class GpuModel:
 
     def link_ns(self, nbytes: float, network: bool) -> float:
         """Point-to-point time of `nbytes` over NVLink or the network, latency included."""
-        gbps, lat = (self.network_gbps, self.network_latency_us) if network else (self.nvlink_gbps, self.nvlink_latency_us)
+        gbps, lat = (
+            (self.network_gbps, self.network_latency_us) if network else (self.nvlink_gbps, self.nvlink_latency_us)
+        )
         return nbytes / (gbps * 1e9) * 1e9 + lat * 1e3
 
 
@@ -55,12 +57,29 @@ GPUS: dict[str, GpuModel] = {
     "H100": GpuModel("NVIDIA H100 80GB HBM3", 132, 989.0, 1979.0, 3350.0, 450.0, 50.0),
     "H200": GpuModel("NVIDIA H200", 132, 989.0, 1979.0, 4800.0, 450.0, 50.0, total_memory=141 * 2**30),
     "A100": GpuModel(
-        "NVIDIA A100-SXM4-80GB", 108, 312.0, 312.0, 2039.0, 300.0, 25.0,
-        clock_rate_hz=1_410_000_000, compute_major=8, chip="GA100",
+        "NVIDIA A100-SXM4-80GB",
+        108,
+        312.0,
+        312.0,
+        2039.0,
+        300.0,
+        25.0,
+        clock_rate_hz=1_410_000_000,
+        compute_major=8,
+        chip="GA100",
     ),
     "B200": GpuModel(
-        "NVIDIA B200", 148, 2250.0, 4500.0, 8000.0, 900.0, 50.0,
-        total_memory=180 * 2**30, clock_rate_hz=1_965_000_000, compute_major=10, chip="GB100",
+        "NVIDIA B200",
+        148,
+        2250.0,
+        4500.0,
+        8000.0,
+        900.0,
+        50.0,
+        total_memory=180 * 2**30,
+        clock_rate_hz=1_965_000_000,
+        compute_major=10,
+        chip="GB100",
     ),
 }
 

@@ -76,10 +76,16 @@ def nccl_kernel(version: str, coll: str, dtype: str = "bf16", channels: int = 16
         elif coll == "AllGather":
             short = "ncclDevKernel_AllGather_RING_LL"
         elif version == "2.27" and coll in ("AllReduce", "ReduceScatter"):
-            short = f"ncclSymkDevKernel_{coll}_LD_sum_{dtype}" if coll == "ReduceScatter" else f"ncclSymkDevKernel_AllReduce_AGxLL_R_sum_{dtype}"
+            short = (
+                f"ncclSymkDevKernel_{coll}_LD_sum_{dtype}"
+                if coll == "ReduceScatter"
+                else f"ncclSymkDevKernel_AllReduce_AGxLL_R_sum_{dtype}"
+            )
         else:
             short = f"ncclDevKernel_{coll}_Sum_{dtype}_RING_LL"
-        arg = "ncclSymkDevWorkArgs4K" if short.startswith("ncclSymk") else "ncclDevKernelArgsStorage<(unsigned long)4096>"
+        arg = (
+            "ncclSymkDevWorkArgs4K" if short.startswith("ncclSymk") else "ncclDevKernelArgsStorage<(unsigned long)4096>"
+        )
         demangled = f"{short}({arg})"
         api = API_CU_LAUNCH_EX
     return KernelSpec(short, demangled, api, grid=(channels, 1, 1), block=(640, 1, 1), registers=96, is_comm=True)
@@ -88,7 +94,11 @@ def nccl_kernel(version: str, coll: str, dtype: str = "bf16", channels: int = 16
 def userbuffers_kernel(kind: str) -> KernelSpec:
     """TE userbuffers comm kernel for TP overlap: `ag` (ring push) or `rs` (reduce-scatter)."""
     short = "kuserbuffers_pushsendrecv" if kind == "ag" else "userbuffers_fp16_sum_inplace_gpu_rr_rs"
-    params = "(int, int, int, int, int, int, void *, void *, void *, int)" if kind == "ag" else "(int, int, int, int, int, int, void **, int, unsigned long)"
+    params = (
+        "(int, int, int, int, int, int, void *, void *, void *, int)"
+        if kind == "ag"
+        else "(int, int, int, int, int, int, void **, int, unsigned long)"
+    )
     return KernelSpec(short, f"{short}{params}", grid=(8, 1, 1), block=(1024, 1, 1), registers=40, is_comm=True)
 
 
@@ -106,24 +116,32 @@ def gemm_kernel(family: str, fp8: bool, variant: int, sm_count: int) -> KernelSp
         return KernelSpec(short, short, API_LAUNCH_EX, grid=(sm_count, 1, 1), block=(384, 1, 1), registers=168)
     if family == "xmma":
         ab = "e4m3e4m3_e4m3f32_f32" if fp8 else "bf16bf16_bf16f32_f32"
-        short = (f"sm90_xmma_gemm_{ab}_{layout[:2].lower()}_n_tilesize{tile}_warpgroupsize2x1x1"
-                 f"_execute_segment_k_off_kernel__5x_cublas")
+        short = (
+            f"sm90_xmma_gemm_{ab}_{layout[:2].lower()}_n_tilesize{tile}_warpgroupsize2x1x1"
+            f"_execute_segment_k_off_kernel__5x_cublas"
+        )
         return KernelSpec(short, short, API_LAUNCH_EX, grid=(sm_count, 1, 1), block=(384, 1, 1), registers=168)
     ty = "e4m3" if fp8 else "bf16"
     short = "device_kernel"
-    demangled = (f"void cutlass::device_kernel<cutlass::gemm::kernel::GemmUniversal<cute::tuple<int, int, int, int>, "
-                 f"cutlass::gemm::collective::CollectiveMma<cutlass::gemm::MainloopSm90TmaGmmaWarpSpecialized<4>, "
-                 f"cute::tuple<cute::C<{tile.split('x')[0]}>, cute::C<{tile.split('x')[1]}>, cute::C<64>>, cutlass::{ty}_t>>>"
-                 f"(T1::Params)")
+    demangled = (
+        f"void cutlass::device_kernel<cutlass::gemm::kernel::GemmUniversal<cute::tuple<int, int, int, int>, "
+        f"cutlass::gemm::collective::CollectiveMma<cutlass::gemm::MainloopSm90TmaGmmaWarpSpecialized<4>, "
+        f"cute::tuple<cute::C<{tile.split('x')[0]}>, cute::C<{tile.split('x')[1]}>, cute::C<64>>, cutlass::{ty}_t>>>"
+        f"(T1::Params)"
+    )
     return KernelSpec(short, demangled, API_LAUNCH_EX, grid=(sm_count, 1, 1), block=(384, 1, 1), registers=168)
 
 
 def grouped_gemm_kernel(fp8: bool, sm_count: int) -> KernelSpec:
     """TE/CUTLASS grouped GEMM used for all local experts at once."""
     ty = "float_e4m3_t" if fp8 else "bfloat16_t"
-    demangled = (f"void cutlass::device_kernel<cutlass::gemm::kernel::GemmUniversal<cutlass::gemm::GroupProblemShape<"
-                 f"cute::tuple<int, int, int>>, cutlass::gemm::collective::CollectiveMma<cutlass::{ty}>>>(T1::Params)")
-    return KernelSpec("device_kernel", demangled, API_LAUNCH_EX, grid=(sm_count, 1, 1), block=(384, 1, 1), registers=168)
+    demangled = (
+        f"void cutlass::device_kernel<cutlass::gemm::kernel::GemmUniversal<cutlass::gemm::GroupProblemShape<"
+        f"cute::tuple<int, int, int>>, cutlass::gemm::collective::CollectiveMma<cutlass::{ty}>>>(T1::Params)"
+    )
+    return KernelSpec(
+        "device_kernel", demangled, API_LAUNCH_EX, grid=(sm_count, 1, 1), block=(384, 1, 1), registers=168
+    )
 
 
 def norm_kernel(kind: str, namespace: str, direction: str, tuned: bool, sm_count: int, margin: int) -> KernelSpec:
@@ -135,8 +153,16 @@ def norm_kernel(kind: str, namespace: str, direction: str, tuned: bool, sm_count
     params = "ForwardKernelParams" if direction == "fwd" else "BackwardKernelParams"
     demangled = f"void {ns}::{short}<{ns}::Kernel_traits<__nv_bfloat16, __nv_bfloat16, float, 4096, 1, 4, 1, 16>>({ns}::{params})"
     if tuned:
-        return KernelSpec(short, demangled, API_LAUNCH_COOP, LAUNCH_COOPERATIVE, grid=(sm_count - margin, 1, 1),
-                          block=(128, 1, 1), registers=64, is_tuned_norm=True)
+        return KernelSpec(
+            short,
+            demangled,
+            API_LAUNCH_COOP,
+            LAUNCH_COOPERATIVE,
+            grid=(sm_count - margin, 1, 1),
+            block=(128, 1, 1),
+            registers=64,
+            is_tuned_norm=True,
+        )
     return KernelSpec(short, demangled, grid=(sm_count * 2, 1, 1), block=(128, 1, 1), registers=64)
 
 
@@ -144,60 +170,150 @@ def norm_finalize_kernel(kind: str, namespace: str, tuned: bool) -> KernelSpec:
     base = "ln" if kind == "layernorm" else "rmsnorm"
     short = f"{base}_bwd_finalize_{'tuned' if tuned else 'general'}_kernel"
     ns = f"transformer_engine::{namespace}"
-    return KernelSpec(short, f"void {ns}::{short}<{ns}::Kernel_traits_finalize<4096, 32>>({ns}::BackwardKernelParams)",
-                      grid=(64, 1, 1), block=(256, 1, 1))
+    return KernelSpec(
+        short,
+        f"void {ns}::{short}<{ns}::Kernel_traits_finalize<4096, 32>>({ns}::BackwardKernelParams)",
+        grid=(64, 1, 1),
+        block=(256, 1, 1),
+    )
 
 
 def attention_kernels(kind: str, direction: str, head_dim: int) -> list[KernelSpec]:
     """Core-attention kernels for one call: flash-attention 2, cuDNN fused, or unfused softmax."""
     if kind == "flash":
         if direction == "fwd":
-            d = (f"void flash_fwd_kernel<Flash_fwd_kernel_traits<{head_dim}, 128, 64, 4, false, false, cutlass::bfloat16_t, "
-                 f"Flash_kernel_traits<{head_dim}, 128, 64, 4, cutlass::bfloat16_t>>, false, true, false, false, true, true, "
-                 f"false, false>(Flash_fwd_params)")
+            d = (
+                f"void flash_fwd_kernel<Flash_fwd_kernel_traits<{head_dim}, 128, 64, 4, false, false, cutlass::bfloat16_t, "
+                f"Flash_kernel_traits<{head_dim}, 128, 64, 4, cutlass::bfloat16_t>>, false, true, false, false, true, true, "
+                f"false, false>(Flash_fwd_params)"
+            )
             return [KernelSpec("flash_fwd_kernel", d, grid=(244, 1, 1), block=(128, 1, 1), registers=255)]
         return [
-            KernelSpec("flash_bwd_dot_do_o_kernel", "void flash_bwd_dot_do_o_kernel<true, Flash_bwd_kernel_traits<128, 64, 128, 8, 2, 4, 2, false, false, cutlass::bfloat16_t>>(Flash_bwd_params)"),
-            KernelSpec("flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel", "void flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel<Flash_bwd_kernel_traits<128, 64, 128, 8, 2, 4, 2, false, false, cutlass::bfloat16_t>, false, true, false, false, true, true, false>(Flash_bwd_params)", grid=(488, 1, 1), registers=255),
-            KernelSpec("flash_bwd_convert_dq_kernel", "void flash_bwd_convert_dq_kernel<Flash_bwd_kernel_traits<128, 64, 128, 8, 2, 4, 2, false, false, cutlass::bfloat16_t>>(Flash_bwd_params, int)"),
+            KernelSpec(
+                "flash_bwd_dot_do_o_kernel",
+                "void flash_bwd_dot_do_o_kernel<true, Flash_bwd_kernel_traits<128, 64, 128, 8, 2, 4, 2, false, false, cutlass::bfloat16_t>>(Flash_bwd_params)",
+            ),
+            KernelSpec(
+                "flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel",
+                "void flash_bwd_dq_dk_dv_loop_seqk_parallel_kernel<Flash_bwd_kernel_traits<128, 64, 128, 8, 2, 4, 2, false, false, cutlass::bfloat16_t>, false, true, false, false, true, true, false>(Flash_bwd_params)",
+                grid=(488, 1, 1),
+                registers=255,
+            ),
+            KernelSpec(
+                "flash_bwd_convert_dq_kernel",
+                "void flash_bwd_convert_dq_kernel<Flash_bwd_kernel_traits<128, 64, 128, 8, 2, 4, 2, false, false, cutlass::bfloat16_t>>(Flash_bwd_params, int)",
+            ),
         ]
     if kind == "cudnn":
         op = "fprop" if direction == "fwd" else "bprop"
         name = f"cudnn_generated_fort_native_sdpa_sm90_flash_{op}_wgmma_f16_knob_3_64x64x{head_dim}_4x1x1_kernel0_0"
-        prep = KernelSpec(f"prepare_kernel_{direction}", f"void transformer_engine::fused_attn::prepare_kernel_{direction}<__nv_bfloat16>(long, long, long, long, long, long *, long *)")
+        prep = KernelSpec(
+            f"prepare_kernel_{direction}",
+            f"void transformer_engine::fused_attn::prepare_kernel_{direction}<__nv_bfloat16>(long, long, long, long, long, long *, long *)",
+        )
         return [prep, KernelSpec(name, name, API_LAUNCH_EX, grid=(264, 1, 1), block=(384, 1, 1), registers=168)]
     if direction == "fwd":
         sm = "scaled_upper_triang_masked_softmax_warp_forward"
-        return [KernelSpec(sm, f"void {sm}<__nv_bfloat16, __nv_bfloat16, float, 12>(__nv_bfloat16 *, const __nv_bfloat16 *, float, int, int, int)")]
+        return [
+            KernelSpec(
+                sm,
+                f"void {sm}<__nv_bfloat16, __nv_bfloat16, float, 12>(__nv_bfloat16 *, const __nv_bfloat16 *, float, int, int, int)",
+            )
+        ]
     sm = "scaled_upper_triang_masked_softmax_warp_backward"
-    return [KernelSpec(sm, f"void {sm}<__nv_bfloat16, __nv_bfloat16, float, 12>(__nv_bfloat16 *, __nv_bfloat16 *, const __nv_bfloat16 *, float, int, int, int)")]
+    return [
+        KernelSpec(
+            sm,
+            f"void {sm}<__nv_bfloat16, __nv_bfloat16, float, 12>(__nv_bfloat16 *, __nv_bfloat16 *, const __nv_bfloat16 *, float, int, int, int)",
+        )
+    ]
 
 
 def elementwise_kernel(what: str) -> KernelSpec:
     """Element-wise kernels (activations, rope, dropout/bias fusions, casts, embedding, loss, optimizer)."""
     table = {
-        "swiglu_fwd": ("gated_act_kernel", "void transformer_engine::gated_act_kernel<4, true, float, transformer_engine::Empty, &transformer_engine::silu<float, float>, __nv_bfloat16, __nv_bfloat16>(const __nv_bfloat16 *, __nv_bfloat16 *, const float *, float *, float *, float *, unsigned long, unsigned long, transformer_engine::Empty)"),
-        "swiglu_bwd": ("dgated_act_kernel", "void transformer_engine::dgated_act_kernel<4, float, transformer_engine::Empty, &transformer_engine::silu<float, float>, &transformer_engine::dsilu<float, float>, __nv_bfloat16, __nv_bfloat16>(const __nv_bfloat16 *, const __nv_bfloat16 *, __nv_bfloat16 *, unsigned long, unsigned long, transformer_engine::Empty)"),
-        "gelu_fwd": ("vectorized_elementwise_kernel", "void at::native::vectorized_elementwise_kernel<4, at::native::GeluCUDAKernelImpl(at::TensorIteratorBase &, at::native::GeluType)::[lambda() (instance 2)]::operator ()() const::[lambda(c10::BFloat16) (instance 1)], at::detail::Array<char *, 2>>(int, T2, T3)"),
-        "gelu_bwd": ("vectorized_elementwise_kernel", "void at::native::vectorized_elementwise_kernel<4, at::native::GeluBackwardCUDAKernelImpl(at::TensorIteratorBase &, at::native::GeluType)::[lambda() (instance 2)]::operator ()() const::[lambda(c10::BFloat16, c10::BFloat16) (instance 1)], at::detail::Array<char *, 3>>(int, T2, T3)"),
-        "rope_fwd": ("fused_rope_forward_kernel", "void transformer_engine::fused_rope_forward_kernel<__nv_bfloat16>(const __nv_bfloat16 *, const float *, __nv_bfloat16 *, int, int, int, int, int, int, int, int, int, int, int)"),
-        "rope_bwd": ("fused_rope_backward_kernel", "void transformer_engine::fused_rope_backward_kernel<__nv_bfloat16>(const __nv_bfloat16 *, const float *, __nv_bfloat16 *, int, int, int, int, int, int, int, int, int, int, int)"),
-        "rope_unfused": ("elementwise_kernel", "void at::native::elementwise_kernel<128, 2, at::native::gpu_kernel_impl_nocast<at::native::BinaryFunctor<c10::BFloat16, c10::BFloat16, c10::BFloat16, at::native::binary_internal::MulFunctor<float>>>(at::TensorIteratorBase &, const T1 &)::[lambda(int) (instance 1)]>(int, T3)"),
+        "swiglu_fwd": (
+            "gated_act_kernel",
+            "void transformer_engine::gated_act_kernel<4, true, float, transformer_engine::Empty, &transformer_engine::silu<float, float>, __nv_bfloat16, __nv_bfloat16>(const __nv_bfloat16 *, __nv_bfloat16 *, const float *, float *, float *, float *, unsigned long, unsigned long, transformer_engine::Empty)",
+        ),
+        "swiglu_bwd": (
+            "dgated_act_kernel",
+            "void transformer_engine::dgated_act_kernel<4, float, transformer_engine::Empty, &transformer_engine::silu<float, float>, &transformer_engine::dsilu<float, float>, __nv_bfloat16, __nv_bfloat16>(const __nv_bfloat16 *, const __nv_bfloat16 *, __nv_bfloat16 *, unsigned long, unsigned long, transformer_engine::Empty)",
+        ),
+        "gelu_fwd": (
+            "vectorized_elementwise_kernel",
+            "void at::native::vectorized_elementwise_kernel<4, at::native::GeluCUDAKernelImpl(at::TensorIteratorBase &, at::native::GeluType)::[lambda() (instance 2)]::operator ()() const::[lambda(c10::BFloat16) (instance 1)], at::detail::Array<char *, 2>>(int, T2, T3)",
+        ),
+        "gelu_bwd": (
+            "vectorized_elementwise_kernel",
+            "void at::native::vectorized_elementwise_kernel<4, at::native::GeluBackwardCUDAKernelImpl(at::TensorIteratorBase &, at::native::GeluType)::[lambda() (instance 2)]::operator ()() const::[lambda(c10::BFloat16, c10::BFloat16) (instance 1)], at::detail::Array<char *, 3>>(int, T2, T3)",
+        ),
+        "rope_fwd": (
+            "fused_rope_forward_kernel",
+            "void transformer_engine::fused_rope_forward_kernel<__nv_bfloat16>(const __nv_bfloat16 *, const float *, __nv_bfloat16 *, int, int, int, int, int, int, int, int, int, int, int)",
+        ),
+        "rope_bwd": (
+            "fused_rope_backward_kernel",
+            "void transformer_engine::fused_rope_backward_kernel<__nv_bfloat16>(const __nv_bfloat16 *, const float *, __nv_bfloat16 *, int, int, int, int, int, int, int, int, int, int, int)",
+        ),
+        "rope_unfused": (
+            "elementwise_kernel",
+            "void at::native::elementwise_kernel<128, 2, at::native::gpu_kernel_impl_nocast<at::native::BinaryFunctor<c10::BFloat16, c10::BFloat16, c10::BFloat16, at::native::binary_internal::MulFunctor<float>>>(at::TensorIteratorBase &, const T1 &)::[lambda(int) (instance 1)]>(int, T3)",
+        ),
         "bda_fused": ("triton_poi_fused_add_native_dropout_0", "triton_poi_fused_add_native_dropout_0"),
         "bda_fused_bwd": ("triton_poi_fused_native_dropout_backward_0", "triton_poi_fused_native_dropout_backward_0"),
-        "dropout": ("fused_dropout_kernel_vec", "void at::native::<unnamed>::fused_dropout_kernel_vec<c10::BFloat16, float, unsigned int, 1, 4, bool>(at::cuda::detail::TensorInfo<const T1, T3>, at::cuda::detail::TensorInfo<T1, T3>, at::cuda::detail::TensorInfo<T6, T3>, T3, T2, at::PhiloxCudaState)"),
-        "add": ("vectorized_elementwise_kernel", "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<c10::BFloat16>, at::detail::Array<char *, 3>>(int, T2, T3)"),
-        "cast_fp8": ("cast_transpose_fusion_kernel_optimized", "void transformer_engine::cast_transpose_fusion_kernel_optimized<true, false, float, __nv_bfloat16, __nv_fp8_e4m3>(transformer_engine::CTDBiasParam<__nv_bfloat16, __nv_fp8_e4m3, float>, int, int, int, int)"),
-        "embedding_fwd": ("indexSelectLargeIndex", "void at::native::<unnamed>::indexSelectLargeIndex<c10::BFloat16, long, unsigned int, 2, 2, -2, true>(at::cuda::detail::TensorInfo<T1, T3>, at::cuda::detail::TensorInfo<const T1, T3>, at::cuda::detail::TensorInfo<const T2, T3>, int, int, T3, T3, long)"),
-        "embedding_bwd": ("embedding_backward_feature_kernel", "void at::native::<unnamed>::embedding_backward_feature_kernel<c10::BFloat16, float, long>(const T3 *, const T1 *, T1 *, int, long, int)"),
-        "loss_fwd": ("cunn_SoftMaxForward", "void at::native::<unnamed>::cunn_SoftMaxForward<8, float, float, float, at::native::<unnamed>::LogSoftMaxForwardEpilogue>(T4 *, const T2 *, int)"),
-        "loss_bwd": ("cunn_SoftMaxBackward", "void at::native::<unnamed>::cunn_SoftMaxBackward<8, float, float, float, at::native::<unnamed>::LogSoftMaxBackwardEpilogue>(T2 *, const T4 *, const T4 *, long)"),
-        "router_topk": ("fused_topk_with_score_function_forward_kernel", "void transformer_engine::fused_topk_with_score_function_forward_kernel<float>(const float *, int, int, int, bool, int, int, int, float, int, float *, bool *, float *)"),
-        "permute": ("moe_permute_kernel", "void transformer_engine::moe_permute_kernel<__nv_bfloat16, float, true>(const __nv_bfloat16 *, __nv_bfloat16 *, const int *, const float *, float *, int, int, int)"),
-        "unpermute": ("moe_unpermute_kernel", "void transformer_engine::moe_unpermute_kernel<__nv_bfloat16, float, true>(const __nv_bfloat16 *, __nv_bfloat16 *, const int *, const float *, float *, int, int, int)"),
-        "adam": ("multi_tensor_apply_kernel", "void multi_tensor_apply_kernel<TensorListMetadata<4>, AdamFunctor<float, float, float>, float, float, float, float, float, float, adamMode_t, float>(long, int volatile *, T1, T2, T3...)"),
-        "l2norm": ("multi_tensor_apply_kernel", "void multi_tensor_apply_kernel<TensorListMetadata<1>, L2NormFunctor<float, 512, 1>, float *, float *, bool, int>(long, int volatile *, T1, T2, T3...)"),
-        "zero_grad": ("vectorized_elementwise_kernel", "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, at::detail::Array<char *, 1>>(int, T2, T3)"),
+        "dropout": (
+            "fused_dropout_kernel_vec",
+            "void at::native::<unnamed>::fused_dropout_kernel_vec<c10::BFloat16, float, unsigned int, 1, 4, bool>(at::cuda::detail::TensorInfo<const T1, T3>, at::cuda::detail::TensorInfo<T1, T3>, at::cuda::detail::TensorInfo<T6, T3>, T3, T2, at::PhiloxCudaState)",
+        ),
+        "add": (
+            "vectorized_elementwise_kernel",
+            "void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<c10::BFloat16>, at::detail::Array<char *, 3>>(int, T2, T3)",
+        ),
+        "cast_fp8": (
+            "cast_transpose_fusion_kernel_optimized",
+            "void transformer_engine::cast_transpose_fusion_kernel_optimized<true, false, float, __nv_bfloat16, __nv_fp8_e4m3>(transformer_engine::CTDBiasParam<__nv_bfloat16, __nv_fp8_e4m3, float>, int, int, int, int)",
+        ),
+        "embedding_fwd": (
+            "indexSelectLargeIndex",
+            "void at::native::<unnamed>::indexSelectLargeIndex<c10::BFloat16, long, unsigned int, 2, 2, -2, true>(at::cuda::detail::TensorInfo<T1, T3>, at::cuda::detail::TensorInfo<const T1, T3>, at::cuda::detail::TensorInfo<const T2, T3>, int, int, T3, T3, long)",
+        ),
+        "embedding_bwd": (
+            "embedding_backward_feature_kernel",
+            "void at::native::<unnamed>::embedding_backward_feature_kernel<c10::BFloat16, float, long>(const T3 *, const T1 *, T1 *, int, long, int)",
+        ),
+        "loss_fwd": (
+            "cunn_SoftMaxForward",
+            "void at::native::<unnamed>::cunn_SoftMaxForward<8, float, float, float, at::native::<unnamed>::LogSoftMaxForwardEpilogue>(T4 *, const T2 *, int)",
+        ),
+        "loss_bwd": (
+            "cunn_SoftMaxBackward",
+            "void at::native::<unnamed>::cunn_SoftMaxBackward<8, float, float, float, at::native::<unnamed>::LogSoftMaxBackwardEpilogue>(T2 *, const T4 *, const T4 *, long)",
+        ),
+        "router_topk": (
+            "fused_topk_with_score_function_forward_kernel",
+            "void transformer_engine::fused_topk_with_score_function_forward_kernel<float>(const float *, int, int, int, bool, int, int, int, float, int, float *, bool *, float *)",
+        ),
+        "permute": (
+            "moe_permute_kernel",
+            "void transformer_engine::moe_permute_kernel<__nv_bfloat16, float, true>(const __nv_bfloat16 *, __nv_bfloat16 *, const int *, const float *, float *, int, int, int)",
+        ),
+        "unpermute": (
+            "moe_unpermute_kernel",
+            "void transformer_engine::moe_unpermute_kernel<__nv_bfloat16, float, true>(const __nv_bfloat16 *, __nv_bfloat16 *, const int *, const float *, float *, int, int, int)",
+        ),
+        "adam": (
+            "multi_tensor_apply_kernel",
+            "void multi_tensor_apply_kernel<TensorListMetadata<4>, AdamFunctor<float, float, float>, float, float, float, float, float, float, adamMode_t, float>(long, int volatile *, T1, T2, T3...)",
+        ),
+        "l2norm": (
+            "multi_tensor_apply_kernel",
+            "void multi_tensor_apply_kernel<TensorListMetadata<1>, L2NormFunctor<float, 512, 1>, float *, float *, bool, int>(long, int volatile *, T1, T2, T3...)",
+        ),
+        "zero_grad": (
+            "vectorized_elementwise_kernel",
+            "void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>, at::detail::Array<char *, 1>>(int, T2, T3)",
+        ),
     }
     short, demangled = table[what]
     api = API_LAUNCH_EX if short.startswith("triton_") else API_LAUNCH

@@ -23,15 +23,47 @@ from perfdoctor.synth.schedule import Pass, stage_passes
 Waits = Generator[list[tuple], list[int] | None, None]
 
 _NCCL_NAME = {"all_gather": "ncclAllGather", "reduce_scatter": "ncclReduceScatter", "all_reduce": "ncclAllReduce"}
-_NORM_TUNED_HIDDEN = {768, 1024, 1536, 2048, 2304, 3072, 3840, 4096, 5120, 6144, 8192, 10240, 12288, 12800,
-                      15360, 16384, 18432, 20480, 24576, 25600, 30720, 32768, 40960, 49152, 65536}
+_NORM_TUNED_HIDDEN = {
+    768,
+    1024,
+    1536,
+    2048,
+    2304,
+    3072,
+    3840,
+    4096,
+    5120,
+    6144,
+    8192,
+    10240,
+    12288,
+    12800,
+    15360,
+    16384,
+    18432,
+    20480,
+    24576,
+    25600,
+    30720,
+    32768,
+    40960,
+    49152,
+    65536,
+}
 
 
 class StageProgram:
     """Kernel sequence and timing of every rank of one pipeline stage (they are identical by symmetry)."""
 
-    def __init__(self, sc: Scenario, gpu: GpuModel, stage: int, rec: RankRecorder, mailbox: dict[tuple, int],
-                 rng: np.random.Generator) -> None:
+    def __init__(
+        self,
+        sc: Scenario,
+        gpu: GpuModel,
+        stage: int,
+        rec: RankRecorder,
+        mailbox: dict[tuple, int],
+        rng: np.random.Generator,
+    ) -> None:
         self.sc, self.gpu, self.stage, self.rec, self.mailbox, self.rng = sc, gpu, stage, rec, mailbox, rng
         m, p, k = sc.model, sc.parallel, sc.kernels
         self.tp, self.pp, self.vpp, self.cp, self.dp, self.ep = p["tp"], p["pp"], p["vpp"], p["cp"], p["dp"], p["ep"]
@@ -87,14 +119,22 @@ class StageProgram:
             "fc1_b": gemm(6, 2 * tok * h * f * gate / self.tp),
             "fc2_b": gemm(7, 2 * tok * f * h / self.tp),
             "cast": (t.add(K.elementwise_kernel("cast_fp8")), g.memory_ns(act * 1.5)),
-            "act_fwd": (t.add(K.elementwise_kernel("swiglu_fwd" if gate == 2 else "gelu_fwd")),
-                        g.memory_ns(tok * f * gate * 2 * 1.5 / self.tp)),
-            "act_bwd": (t.add(K.elementwise_kernel("swiglu_bwd" if gate == 2 else "gelu_bwd")),
-                        g.memory_ns(tok * f * gate * 2 * 2.5 / self.tp)),
-            "rope_fwd": (t.add(K.elementwise_kernel("rope_fwd" if k["fused_rope"] else "rope_unfused")),
-                         g.memory_ns(tok * qkv_out * 2 * 2 / self.tp)),
-            "rope_bwd": (t.add(K.elementwise_kernel("rope_bwd" if k["fused_rope"] else "rope_unfused")),
-                         g.memory_ns(tok * qkv_out * 2 * 2 / self.tp)),
+            "act_fwd": (
+                t.add(K.elementwise_kernel("swiglu_fwd" if gate == 2 else "gelu_fwd")),
+                g.memory_ns(tok * f * gate * 2 * 1.5 / self.tp),
+            ),
+            "act_bwd": (
+                t.add(K.elementwise_kernel("swiglu_bwd" if gate == 2 else "gelu_bwd")),
+                g.memory_ns(tok * f * gate * 2 * 2.5 / self.tp),
+            ),
+            "rope_fwd": (
+                t.add(K.elementwise_kernel("rope_fwd" if k["fused_rope"] else "rope_unfused")),
+                g.memory_ns(tok * qkv_out * 2 * 2 / self.tp),
+            ),
+            "rope_bwd": (
+                t.add(K.elementwise_kernel("rope_bwd" if k["fused_rope"] else "rope_unfused")),
+                g.memory_ns(tok * qkv_out * 2 * 2 / self.tp),
+            ),
             "embed_fwd": (t.add(K.elementwise_kernel("embedding_fwd")), g.memory_ns(act * 2)),
             "embed_bwd": (t.add(K.elementwise_kernel("embedding_bwd")), g.memory_ns(act * 4)),
             "logits": gemm(8, 2 * tok * h * m["vocab"] / self.tp),
@@ -106,8 +146,10 @@ class StageProgram:
             self.k["bda_fwd"] = [(t.add(K.elementwise_kernel("bda_fused")), g.memory_ns(3 * act))]
             self.k["bda_bwd"] = [(t.add(K.elementwise_kernel("bda_fused_bwd")), g.memory_ns(3 * act))]
         else:
-            self.k["bda_fwd"] = [(t.add(K.elementwise_kernel("dropout")), g.memory_ns(3 * act)),
-                                 (t.add(K.elementwise_kernel("add")), g.memory_ns(3 * act))]
+            self.k["bda_fwd"] = [
+                (t.add(K.elementwise_kernel("dropout")), g.memory_ns(3 * act)),
+                (t.add(K.elementwise_kernel("add")), g.memory_ns(3 * act)),
+            ]
             self.k["bda_bwd"] = [(t.add(K.elementwise_kernel("dropout")), g.memory_ns(3 * act))]
         attn_flops = 4 * b * (s // self.cp) * s * h / self.tp * 0.5
         chunk_flops = attn_flops / self.cp
@@ -118,12 +160,18 @@ class StageProgram:
             bmm = [t.add(K.gemm_kernel(fam, False, 10, sm)), t.add(K.gemm_kernel(fam, False, 11, sm))]
             main = g.gemm_ns(chunk_flops * 2)  # unfused computes the masked half too
             score_bytes = b * heads // self.tp * (s // self.cp) * (s // self.cp) * 2
-            self.k["attn_fwd"] = [(bmm[0], main / 2), (t.add(fwd_specs[0]), g.memory_ns(2 * score_bytes)), (bmm[1], main / 2)]
+            self.k["attn_fwd"] = [
+                (bmm[0], main / 2),
+                (t.add(fwd_specs[0]), g.memory_ns(2 * score_bytes)),
+                (bmm[1], main / 2),
+            ]
             self.k["attn_bwd"] = [(bmm[1], main), (t.add(bwd_specs[0]), g.memory_ns(3 * score_bytes)), (bmm[0], main)]
         else:
             main_f, main_b = g.attention_ns(chunk_flops), g.attention_ns(chunk_flops * 2.5)
             small = g.memory_ns(tok * h * 2 / self.tp / self.cp)
-            self.k["attn_fwd"] = [(t.add(sp_), main_f if i == len(fwd_specs) - 1 else small) for i, sp_ in enumerate(fwd_specs)]
+            self.k["attn_fwd"] = [
+                (t.add(sp_), main_f if i == len(fwd_specs) - 1 else small) for i, sp_ in enumerate(fwd_specs)
+            ]
             main_i = 1 if kind == "flash" else len(bwd_specs) - 1
             self.k["attn_bwd"] = [(t.add(sp_), main_b if i == main_i else small) for i, sp_ in enumerate(bwd_specs)]
         # communication
@@ -156,8 +204,11 @@ class StageProgram:
             fc1_flops, fc2_flops = 2 * routed * h * mf * gate, 2 * routed * mf * h
             if m["grouped_gemm"]:
                 gg = t.add(K.grouped_gemm_kernel(fp8, sm))
-                self.k["experts_fwd"] = [(gg, g.gemm_ns(fc1_flops, fp8)), (self.k["act_fwd"][0], g.memory_ns(routed * mf * gate * 3)),
-                                         (gg, g.gemm_ns(fc2_flops, fp8))]
+                self.k["experts_fwd"] = [
+                    (gg, g.gemm_ns(fc1_flops, fp8)),
+                    (self.k["act_fwd"][0], g.memory_ns(routed * mf * gate * 3)),
+                    (gg, g.gemm_ns(fc2_flops, fp8)),
+                ]
             else:
                 per = []
                 for e in range(e_local):
@@ -197,8 +248,13 @@ class StageProgram:
         gb = self.sc.comm["grad_dtype_bytes"]
         net = self.sc.comm["dp_network"]
         frac = (self.dp_size - 1) / self.dp_size
-        self.grad_xfer = {c: [self.gpu.link_ns(p * gb * frac * (2 if not self.sc.comm["distributed_optimizer"] else 1), net)
-                              for _, p in bl] for c, bl in self.buckets.items()}
+        self.grad_xfer = {
+            c: [
+                self.gpu.link_ns(p * gb * frac * (2 if not self.sc.comm["distributed_optimizer"] else 1), net)
+                for _, p in bl
+            ]
+            for c, bl in self.buckets.items()
+        }
         self.param_xfer = {c: [self.gpu.link_ns(p * 2 * frac, net) for _, p in bl] for c, bl in self.buckets.items()}
 
     def _n(self, dur: float) -> float:
@@ -211,11 +267,25 @@ class StageProgram:
         return dur * v
 
     # ---- labels ------------------------------------------------------------------------------------
-    def _comm(self, op: str, group: str, nbytes: int, size: int, spec: int, stream: int, dur: float,
-              after: int = 0, nccl_calls: tuple[str, ...] = ()) -> int:
+    def _comm(
+        self,
+        op: str,
+        group: str,
+        nbytes: int,
+        size: int,
+        spec: int,
+        stream: int,
+        dur: float,
+        after: int = 0,
+        nccl_calls: tuple[str, ...] = (),
+    ) -> int:
         """Launch a collective with the perfdoctor and NCCL NVTX ranges a real run would show."""
         rec = self.rec
-        pd = rec.push(f"comm op={op} group={group} bytes={int(nbytes)} size={size}", "perfdoctor") if self.label_pd else -1
+        pd = (
+            rec.push(f"comm op={op} group={group} bytes={int(nbytes)} size={size}", "perfdoctor")
+            if self.label_pd
+            else -1
+        )
         nc = -1
         if self.label_nccl:
             if len(nccl_calls) > 1:
@@ -311,8 +381,17 @@ class StageProgram:
         for i in range(self.cp):
             nxt = ready
             if i < self.cp - 1:
-                nxt = self._comm("send_recv", "cp", nbytes, self.cp, self.k["nccl_p2p"], self.s_cp, self._n(xfer),
-                                 after=ready, nccl_calls=("ncclSend", "ncclRecv"))
+                nxt = self._comm(
+                    "send_recv",
+                    "cp",
+                    nbytes,
+                    self.cp,
+                    self.k["nccl_p2p"],
+                    self.s_cp,
+                    self._n(xfer),
+                    after=ready,
+                    nccl_calls=("ncclSend", "ncclRecv"),
+                )
             for j, (spec, dur) in enumerate(items):
                 rec.launch(spec, self.s_compute, self._n(dur), "", ready if j == 0 else 0)
             ready = nxt
@@ -328,10 +407,14 @@ class StageProgram:
         xfer = self.gpu.link_ns(a2a * (ep - 1) / ep, network=self.sc.comm["dp_network"]) if ep > 1 else 0
         calls = ("ncclSend", "ncclRecv") * (ep - 1)
         if ep > 1:
-            self._comm("all_to_all", "ep", int(a2a), ep, self.k["nccl_p2p"], self.s_compute, self._n(xfer), nccl_calls=calls)
+            self._comm(
+                "all_to_all", "ep", int(a2a), ep, self.k["nccl_p2p"], self.s_compute, self._n(xfer), nccl_calls=calls
+            )
         self._seq(self.k["experts_fwd" if forward else "experts_bwd"])
         if ep > 1:
-            self._comm("all_to_all", "ep", int(a2a), ep, self.k["nccl_p2p"], self.s_compute, self._n(xfer), nccl_calls=calls)
+            self._comm(
+                "all_to_all", "ep", int(a2a), ep, self.k["nccl_p2p"], self.s_compute, self._n(xfer), nccl_calls=calls
+            )
         self._run("unpermute" if forward else "permute")
         if not forward:
             self._run("topk")
@@ -377,8 +460,17 @@ class StageProgram:
     def _param_gathers(self, chunk: int, stream: int) -> list[int]:
         ends = []
         for b, (_, params) in enumerate(self.buckets[chunk]):
-            ends.append(self._comm("all_gather", "dp", params * 2, self.dp_size, self.k["nccl_ag"], stream,
-                                   self._n(self.param_xfer[chunk][b])))
+            ends.append(
+                self._comm(
+                    "all_gather",
+                    "dp",
+                    params * 2,
+                    self.dp_size,
+                    self.k["nccl_ag"],
+                    stream,
+                    self._n(self.param_xfer[chunk][b]),
+                )
+            )
         return ends
 
     # ---- passes ------------------------------------------------------------------------------------
@@ -464,8 +556,16 @@ class StageProgram:
         rec = self.rec
         op = "send_recv" if sends and recvs else ("send" if sends else "recv")
         calls = tuple(["ncclSend"] * len(sends) + ["ncclRecv"] * len(recvs))
-        end = self._comm(op, "pp", self.act_bytes * (len(sends) + len(recvs)), self.pp, self.k["nccl_p2p"],
-                         self.s_compute, self._n(self.pp_xfer), nccl_calls=calls)
+        end = self._comm(
+            op,
+            "pp",
+            self.act_bytes * (len(sends) + len(recvs)),
+            self.pp,
+            self.k["nccl_p2p"],
+            self.s_compute,
+            self._n(self.pp_xfer),
+            nccl_calls=calls,
+        )
         for key in sends:
             self.mailbox[key] = end
         if recvs:

@@ -32,25 +32,38 @@ def _scenario(scenario: str | Path | dict[str, Any] | Scenario) -> Scenario:
 def _env(sc: Scenario, rank: int | None, local: int | None) -> dict[str, str]:
     """Process environment as nsys records it: launcher variables plus the perf-relevant knobs."""
     c = sc.comm
-    env = {"MASTER_ADDR": "node000", "MASTER_PORT": "29500", "WORLD_SIZE": str(sc.world_size),
-           "LOCAL_WORLD_SIZE": str(min(sc.gpu["gpus_per_node"], sc.world_size))}
+    env = {
+        "MASTER_ADDR": "node000",
+        "MASTER_PORT": "29500",
+        "WORLD_SIZE": str(sc.world_size),
+        "LOCAL_WORLD_SIZE": str(min(sc.gpu["gpus_per_node"], sc.world_size)),
+    }
     if rank is not None:
         env.update({"RANK": str(rank), "LOCAL_RANK": str(local), "GROUP_RANK": str(rank // sc.gpu["gpus_per_node"])})
-    env.update({
-        "CUDA_DEVICE_MAX_CONNECTIONS": str(c["cuda_device_max_connections"]),
-        "NVTE_FWD_LAYERNORM_SM_MARGIN": str(c["layernorm_sm_margin"]),
-        "NVTE_BWD_LAYERNORM_SM_MARGIN": str(c["layernorm_sm_margin"]),
-        "NCCL_DEBUG": "WARN", "NCCL_IB_QPS_PER_CONNECTION": "4",
-        "NCCL_VERSION": {"2.18": "2.18.5-1", "2.21": "2.21.5-1", "2.27": "2.27.3-1"}[sc.kernels["nccl_version"]],
-        "TORCH_NCCL_AVOID_RECORD_STREAMS": "1", "PYTHONHASHSEED": "0",
-    })
+    env.update(
+        {
+            "CUDA_DEVICE_MAX_CONNECTIONS": str(c["cuda_device_max_connections"]),
+            "NVTE_FWD_LAYERNORM_SM_MARGIN": str(c["layernorm_sm_margin"]),
+            "NVTE_BWD_LAYERNORM_SM_MARGIN": str(c["layernorm_sm_margin"]),
+            "NCCL_DEBUG": "WARN",
+            "NCCL_IB_QPS_PER_CONNECTION": "4",
+            "NCCL_VERSION": {"2.18": "2.18.5-1", "2.21": "2.21.5-1", "2.27": "2.27.3-1"}[sc.kernels["nccl_version"]],
+            "TORCH_NCCL_AVOID_RECORD_STREAMS": "1",
+            "PYTHONHASHSEED": "0",
+        }
+    )
     if not sc.labels["nccl"]:
         env["NCCL_NVTX_DISABLE"] = "1"
     return env
 
 
-def run_scenario(scenario: str | Path | dict[str, Any] | Scenario, out_dir: Path, *, seed: int | None = None,
-                 schema: str | None = None) -> list[Path]:
+def run_scenario(
+    scenario: str | Path | dict[str, Any] | Scenario,
+    out_dir: Path,
+    *,
+    seed: int | None = None,
+    schema: str | None = None,
+) -> list[Path]:
     """Simulate `scenario` and write its traces into `out_dir`; returns the SQLite paths in rank order."""
     sc = _scenario(scenario)
     seed = sc.run["seed"] if seed is None else seed
@@ -77,20 +90,37 @@ def run_scenario(scenario: str | Path | dict[str, Any] | Scenario, out_dir: Path
             mark = f"rank r={rank} local={local} world={sc.world_size}" if sc.labels["perfdoctor"] else None
             procs.append(ProcessOut(rank, local, 3000 + 211 * local + 17 * (node % 50), res.recorder, mark))
         if per_node:
-            capture = ("torchrun", [f"--nproc_per_node={gpn}", f"--node_rank={node}", "pretrain_gpt.py"], _env(sc, None, None))
+            capture = (
+                "torchrun",
+                [f"--nproc_per_node={gpn}", f"--node_rank={node}", "pretrain_gpt.py"],
+                _env(sc, None, None),
+            )
         else:
             r = ranks[0]
-            capture = ("python", ["-u", "pretrain_gpt.py", f"--tensor-model-parallel-size={sc.parallel['tp']}"],
-                       _env(sc, r, r % gpn))
+            capture = (
+                "python",
+                ["-u", "pretrain_gpt.py", f"--tensor-model-parallel-size={sc.parallel['tp']}"],
+                _env(sc, r, r % gpn),
+            )
         path = out_dir / f"{sc.name}.{key}.sqlite"
         write_trace(path, schema, procs, table, gpu, offset, sc.labels["strings"] == "ascii", node, capture)
         truth = {
-            "format": TRUTH_FORMAT, "scenario": sc.name, "description": sc.description, "seed": seed,
-            "schema": schema, "trace": path.name, "config": config_mark(sc, gpu),
-            "labels": sc.labels, "launch_latency_ns": stages[0].recorder.cost.latency_ns,
+            "format": TRUTH_FORMAT,
+            "scenario": sc.name,
+            "description": sc.description,
+            "seed": seed,
+            "schema": schema,
+            "trace": path.name,
+            "config": config_mark(sc, gpu),
+            "labels": sc.labels,
+            "launch_latency_ns": stages[0].recorder.cost.latency_ns,
             "ranks": {
-                str(p.rank): {"stage": sc.stage_of(p.rank), "pid": p.pid, "device_id": p.local_rank,
-                              **rank_truth(sc, p.recorder, table, stages[sc.stage_of(p.rank)].step_bounds, offset)}
+                str(p.rank): {
+                    "stage": sc.stage_of(p.rank),
+                    "pid": p.pid,
+                    "device_id": p.local_rank,
+                    **rank_truth(sc, p.recorder, table, stages[sc.stage_of(p.rank)].step_bounds, offset),
+                }
                 for p in procs
             },
         }

@@ -207,7 +207,9 @@ def _check_consistency(s: Scenario) -> None:
     if isinstance(ranks, str) and ranks not in ("stages", "all"):
         raise _fail("output.ranks", "must be 'stages', 'all' or a list of ranks")
     if isinstance(ranks, list):
-        if not ranks or not all(isinstance(r, int) and not isinstance(r, bool) and 0 <= r < s.world_size for r in ranks):
+        if not ranks or not all(
+            isinstance(r, int) and not isinstance(r, bool) and 0 <= r < s.world_size for r in ranks
+        ):
             raise _fail("output.ranks", f"must list ranks in [0, {s.world_size})")
         if len(set(ranks)) != len(ranks):
             raise _fail("output.ranks", "lists a rank twice")

@@ -33,33 +33,55 @@ def config_mark(sc: Scenario, gpu: GpuModel) -> dict[str, Any]:
     """The `config {json}` mark's keys (DESIGN §4)."""
     m, p = sc.model, sc.parallel
     return {
-        "tp": p["tp"], "pp": p["pp"], "vpp": p["vpp"], "cp": p["cp"], "dp": p["dp"], "ep": p["ep"],
-        "num_microbatches": m["num_microbatches"], "micro_batch_size": m["micro_batch_size"],
+        "tp": p["tp"],
+        "pp": p["pp"],
+        "vpp": p["vpp"],
+        "cp": p["cp"],
+        "dp": p["dp"],
+        "ep": p["ep"],
+        "num_microbatches": m["num_microbatches"],
+        "micro_batch_size": m["micro_batch_size"],
         "global_batch_size": m["num_microbatches"] * m["micro_batch_size"] * p["dp"],
-        "seq_length": m["seq_length"], "hidden_size": m["hidden"], "num_layers": m["layers"],
-        "vocab_size": m["vocab"], "sequence_parallel": p["sequence_parallel"] and p["tp"] > 1, "gpu": gpu.name,
+        "seq_length": m["seq_length"],
+        "hidden_size": m["hidden"],
+        "num_layers": m["layers"],
+        "vocab_size": m["vocab"],
+        "sequence_parallel": p["sequence_parallel"] and p["tp"] > 1,
+        "gpu": gpu.name,
     }
 
 
 def simulate(sc: Scenario, seed: int) -> tuple[list[StageResult], KernelTable, GpuModel]:
     """Simulate all pipeline stages of `sc`; stage s stands for every rank of that stage."""
-    overrides = {k: float(sc.gpu[k]) for k in ("network_gbps", "nvlink_gbps", "network_latency_us") if sc.gpu[k] is not None}
+    overrides = {
+        k: float(sc.gpu[k]) for k in ("network_gbps", "nvlink_gbps", "network_latency_us") if sc.gpu[k] is not None
+    }
     gpu = gpu_model(sc.gpu["name"], overrides)
     table = KernelTable()
     h = sc.host
     launch = float(h["launch_us"]) * 1e3
     cost = HostCost(
         python_ns=float(h["python_us"]) * 1e3,
-        launch_ns={API_LAUNCH: launch, API_LAUNCH_EX: launch * 1.3, API_LAUNCH_COOP: launch * 1.5,
-                   API_CU_LAUNCH_EX: launch * 1.2},
+        launch_ns={
+            API_LAUNCH: launch,
+            API_LAUNCH_EX: launch * 1.3,
+            API_LAUNCH_COOP: launch * 1.5,
+            API_CU_LAUNCH_EX: launch * 1.2,
+        },
     )
     mailbox: dict[tuple, int] = {}
     programs, gens, recs = [], [], []
     mark = config_mark(sc, gpu)
     for stage in range(sc.parallel["pp"]):
         rng = np.random.default_rng([seed, stage])
-        rec = RankRecorder(rank=sc.rank_of(stage), table=table, cost=cost, rng=rng,
-                           sm_margin=sc.comm["layernorm_sm_margin"], compute_stream=sc.kernels["stream_base"])
+        rec = RankRecorder(
+            rank=sc.rank_of(stage),
+            table=table,
+            cost=cost,
+            rng=rng,
+            sm_margin=sc.comm["layernorm_sm_margin"],
+            compute_stream=sc.kernels["stream_base"],
+        )
         rec.host = 1_500_000_000 + int(rng.integers(0, 5_000_000))
         prog = StageProgram(sc, gpu, stage, rec, mailbox, rng)
         programs.append(prog)

@@ -29,7 +29,9 @@ def _ms(ns: float) -> float:
     return round(ns / 1e6, 6)
 
 
-def rank_truth(sc: Scenario, rec: RankRecorder, table: KernelTable, bounds: list[int], offset_ns: int) -> dict[str, Any]:
+def rank_truth(
+    sc: Scenario, rec: RankRecorder, table: KernelTable, bounds: list[int], offset_ns: int
+) -> dict[str, Any]:
     """Per-step truth of one rank; all times in the file's clock (global − offset)."""
     k = rec.kernel_arrays()
     start, end = k["start"] - offset_ns, k["end"] - offset_ns
@@ -37,8 +39,10 @@ def rank_truth(sc: Scenario, rec: RankRecorder, table: KernelTable, bounds: list
     group = k["group"]
     cs, ce = union(start[~is_comm], end[~is_comm])
     all_s, all_e = union(start, end)
-    per_group = {g: union(start[is_comm & (group == GROUP_CODES[g])], end[is_comm & (group == GROUP_CODES[g])])
-                 for g in COMM_GROUPS}
+    per_group = {
+        g: union(start[is_comm & (group == GROUP_CODES[g])], end[is_comm & (group == GROUP_CODES[g])])
+        for g in COMM_GROUPS
+    }
     with_compute = {g: union(np.concatenate([cs, gs]), np.concatenate([ce, ge])) for g, (gs, ge) in per_group.items()}
     comm_all = union(start[is_comm], end[is_comm])
     comm_all_c = union(np.concatenate([cs, comm_all[0]]), np.concatenate([ce, comm_all[1]]))
@@ -53,9 +57,13 @@ def rank_truth(sc: Scenario, rec: RankRecorder, table: KernelTable, bounds: list
     sorted_start = start[by_start]
     sync_mask = np.asarray([n == API_SYNC_STREAM for n in rec.r_name], dtype=bool)
     sync_s, sync_e = r_start[sync_mask], r_end[sync_mask]
-    ranges = {c: (np.asarray([r[0] for r in rec.host_ranges if r[2] == c], dtype=np.int64) - offset_ns,
-                  np.asarray([r[1] for r in rec.host_ranges if r[2] == c], dtype=np.int64) - offset_ns)
-              for c in ("gc", "data")}
+    ranges = {
+        c: (
+            np.asarray([r[0] for r in rec.host_ranges if r[2] == c], dtype=np.int64) - offset_ns,
+            np.asarray([r[1] for r in rec.host_ranges if r[2] == c], dtype=np.int64) - offset_ns,
+        )
+        for c in ("gc", "data")
+    }
     ln_idx = np.asarray([i for i, _ in rec.ln_blocked], dtype=np.int64)
     ln_delay = np.asarray([d for _, d in rec.ln_blocked], dtype=np.int64)
     p, v, m = sc.parallel["pp"], sc.parallel["vpp"], sc.model["num_microbatches"]
@@ -86,16 +94,27 @@ def rank_truth(sc: Scenario, rec: RankRecorder, table: KernelTable, bounds: list
                 device_wait += g1 - g0
         in_step = (start[ln_idx] >= lo) & (start[ln_idx] < hi) if len(ln_idx) else np.zeros(0, bool)
         bubble = (exposed_ms["pp"] * 1e6 + device_wait) if p > 1 else 0.0
-        steps.append({
-            "n": n, "start_ns": int(lo), "end_ns": int(hi), "step_ms": _ms(step_ns),
-            "compute_ms": _ms(compute_ns), "busy_ms": _ms(clip_measure(all_s, all_e, lo, hi)),
-            "comm_ms": comm_ms, "exposed_ms": exposed_ms, "exposed_total_ms": _ms(exposed_total),
-            "bubble_ms": _ms(bubble), "bubble_fraction": round(bubble / step_ns, 6),
-            "bubble_fraction_theory": round(theory, 6),
-            "host_gap_ms": {c: _ms(host[c]) for c in HOST_CAUSES}, "device_wait_ms": _ms(device_wait),
-            "ln_blocked_count": int(in_step.sum()), "ln_blocked_ms": _ms(int(ln_delay[in_step].sum()) if len(ln_idx) else 0),
-            "kernels": int(((start >= lo) & (start < hi)).sum()),
-        })
+        steps.append(
+            {
+                "n": n,
+                "start_ns": int(lo),
+                "end_ns": int(hi),
+                "step_ms": _ms(step_ns),
+                "compute_ms": _ms(compute_ns),
+                "busy_ms": _ms(clip_measure(all_s, all_e, lo, hi)),
+                "comm_ms": comm_ms,
+                "exposed_ms": exposed_ms,
+                "exposed_total_ms": _ms(exposed_total),
+                "bubble_ms": _ms(bubble),
+                "bubble_fraction": round(bubble / step_ns, 6),
+                "bubble_fraction_theory": round(theory, 6),
+                "host_gap_ms": {c: _ms(host[c]) for c in HOST_CAUSES},
+                "device_wait_ms": _ms(device_wait),
+                "ln_blocked_count": int(in_step.sum()),
+                "ln_blocked_ms": _ms(int(ln_delay[in_step].sum()) if len(ln_idx) else 0),
+                "kernels": int(((start >= lo) & (start < hi)).sum()),
+            }
+        )
     return {"steps": steps}
 
 

@@ -15,7 +15,8 @@ import time
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
+from collections.abc import Iterable
 
 import numpy as np
 
@@ -89,8 +90,17 @@ def _has(con: sqlite3.Connection, table: str) -> bool:
     return con.execute("SELECT 1 FROM sqlite_master WHERE type='table' AND name=?", (table,)).fetchone() is not None
 
 
-def write_trace(path: Path, schema: str, procs: list[ProcessOut], table: KernelTable, gpu: GpuModel,
-                offset_ns: int, nvtx_ascii: bool, node: int, capture_command: tuple[str, list[str], dict[str, str]]) -> None:
+def write_trace(
+    path: Path,
+    schema: str,
+    procs: list[ProcessOut],
+    table: KernelTable,
+    gpu: GpuModel,
+    offset_ns: int,
+    nvtx_ascii: bool,
+    node: int,
+    capture_command: tuple[str, list[str], dict[str, str]],
+) -> None:
     """Write one SQLite export holding `procs`; all their timestamps are shifted by `-offset_ns`."""
     if path.exists():
         path.unlink()
@@ -116,39 +126,88 @@ def write_trace(path: Path, schema: str, procs: list[ProcessOut], table: KernelT
             end = k["end"] - offset_ns
             order = np.argsort(start, kind="stable")
             kv = {
-                "start": start[order].tolist(), "end": end[order].tolist(),
-                "deviceId": proc.local_rank, "contextId": 1, "greenContextId": 0,
-                "streamId": k["stream"][order].tolist(), "correlationId": k["corr"][order].tolist(),
+                "start": start[order].tolist(),
+                "end": end[order].tolist(),
+                "deviceId": proc.local_rank,
+                "contextId": 1,
+                "greenContextId": 0,
+                "streamId": k["stream"][order].tolist(),
+                "correlationId": k["corr"][order].tolist(),
                 "globalPid": gp,
-                "shortName": spec_arr[spec[order], 0].tolist(), "demangledName": spec_arr[spec[order], 1].tolist(),
-                "mangledName": spec_arr[spec[order], 2].tolist(), "launchType": launch_type[spec[order]].tolist(),
-                "cacheConfig": 0, "registersPerThread": regs[spec[order]].tolist(),
-                "gridX": grid[spec[order], 0].tolist(), "gridY": 1, "gridZ": 1,
-                "blockX": block[spec[order], 0].tolist(), "blockY": 1, "blockZ": 1,
-                "staticSharedMemory": 0, "dynamicSharedMemory": 0, "localMemoryPerThread": 0,
-                "localMemoryTotal": 250_871_808, "gridId": list(range(1, n + 1)), "sharedMemoryExecuted": 32768,
-                "sharedMemoryLimitConfig": 0, "clusterX": 0, "clusterY": 0, "clusterZ": 0,
-                "clusterSchedulingPolicy": 1, "maxPotentialClusterSize": 0, "maxActiveClusters": 0,
+                "shortName": spec_arr[spec[order], 0].tolist(),
+                "demangledName": spec_arr[spec[order], 1].tolist(),
+                "mangledName": spec_arr[spec[order], 2].tolist(),
+                "launchType": launch_type[spec[order]].tolist(),
+                "cacheConfig": 0,
+                "registersPerThread": regs[spec[order]].tolist(),
+                "gridX": grid[spec[order], 0].tolist(),
+                "gridY": 1,
+                "gridZ": 1,
+                "blockX": block[spec[order], 0].tolist(),
+                "blockY": 1,
+                "blockZ": 1,
+                "staticSharedMemory": 0,
+                "dynamicSharedMemory": 0,
+                "localMemoryPerThread": 0,
+                "localMemoryTotal": 250_871_808,
+                "gridId": list(range(1, n + 1)),
+                "sharedMemoryExecuted": 32768,
+                "sharedMemoryLimitConfig": 0,
+                "clusterX": 0,
+                "clusterY": 0,
+                "clusterZ": 0,
+                "clusterSchedulingPolicy": 1,
+                "maxPotentialClusterSize": 0,
+                "maxActiveClusters": 0,
                 "tensorSizeMinusOneElements": "[]",
             }
             _insert(con, "CUPTI_ACTIVITY_KIND_KERNEL", n, kv)
             names = [sid(x) for x in rec.r_name]
             rs = np.asarray(rec.r_start, dtype=np.int64) - offset_ns
-            _insert(con, "CUPTI_ACTIVITY_KIND_RUNTIME", len(names), {
-                "start": rs.tolist(), "end": (np.asarray(rec.r_end, dtype=np.int64) - offset_ns).tolist(),
-                "eventClass": [1 if x.startswith("cu") and not x.startswith("cuda") else 0 for x in rec.r_name],
-                "globalTid": main, "correlationId": rec.r_corr, "nameId": names, "returnValue": 0,
-            })
+            _insert(
+                con,
+                "CUPTI_ACTIVITY_KIND_RUNTIME",
+                len(names),
+                {
+                    "start": rs.tolist(),
+                    "end": (np.asarray(rec.r_end, dtype=np.int64) - offset_ns).tolist(),
+                    "eventClass": [1 if x.startswith("cu") and not x.startswith("cuda") else 0 for x in rec.r_name],
+                    "globalTid": main,
+                    "correlationId": rec.r_corr,
+                    "nameId": names,
+                    "returnValue": 0,
+                },
+            )
             _write_nvtx(con, rec, main, sid, offset_ns, nvtx_ascii, proc.rank_mark)
-            threads = [(main, "python3"), (main + 3, "pt_nccl_watchdg"), (main + 4, "pt_nccl_heartbt"),
-                       (main + 1, "[NSys]"), (main + 2, "[NSys Comms]")]
-            _insert(con, "ThreadNames", len(threads), {
-                "nameId": [sid(t[1]) for t in threads], "priority": 20, "globalTid": [t[0] for t in threads]})
+            threads = [
+                (main, "python3"),
+                (main + 3, "pt_nccl_watchdg"),
+                (main + 4, "pt_nccl_heartbt"),
+                (main + 1, "[NSys]"),
+                (main + 2, "[NSys Comms]"),
+            ]
+            _insert(
+                con,
+                "ThreadNames",
+                len(threads),
+                {"nameId": [sid(t[1]) for t in threads], "priority": 20, "globalTid": [t[0] for t in threads]},
+            )
             _insert(con, "PROCESSES", 1, {"globalPid": gp, "pid": proc.pid, "name": "python3"})
             streams = sorted(set(k["stream"].tolist()))
-            _insert(con, "TARGET_INFO_CUDA_STREAM", len(streams), {
-                "streamId": streams, "hwId": 0, "vmId": 1, "processId": proc.pid, "contextId": 1,
-                "priority": [0 if s == rec.compute_stream else -1 for s in streams], "flag": 2})
+            _insert(
+                con,
+                "TARGET_INFO_CUDA_STREAM",
+                len(streams),
+                {
+                    "streamId": streams,
+                    "hwId": 0,
+                    "vmId": 1,
+                    "processId": proc.pid,
+                    "contextId": 1,
+                    "priority": [0 if s == rec.compute_stream else -1 for s in streams],
+                    "flag": 2,
+                },
+            )
             lo = min(int(start.min()) if n else 0, int(rs.min()) if len(rs) else 0)
             hi = max(int(end.max()) if n else 0, int(rs.max()) if len(rs) else 0)
             t_min = lo if t_min is None else min(t_min, lo)
@@ -159,8 +218,15 @@ def write_trace(path: Path, schema: str, procs: list[ProcessOut], table: KernelT
     con.close()
 
 
-def _write_nvtx(con: sqlite3.Connection, rec: RankRecorder, tid: int, sid: _Strings, offset_ns: int, ascii_text: bool,
-                rank_mark: str | None) -> None:
+def _write_nvtx(
+    con: sqlite3.Connection,
+    rec: RankRecorder,
+    tid: int,
+    sid: _Strings,
+    offset_ns: int,
+    ascii_text: bool,
+    rank_mark: str | None,
+) -> None:
     """NVTX rows: domain creation, then ranges/marks. NCCL's strings are registered (textId); ours follow
     the scenario (registered like Python `nvtx`, or plain text like C `nvtxRangePushA`)."""
     if not rec.nvtx:
@@ -188,61 +254,158 @@ def _write_nvtx(con: sqlite3.Connection, rec: RankRecorder, tid: int, sid: _Stri
         texts.append(None if registered else text)
         text_ids.append(sid(text) if registered else None)
         dom_ids.append(domains[dom])
-    _insert(con, "NVTX_EVENTS", len(starts), {"start": starts, "end": ends, "eventType": etypes, "text": texts,
-                                              "textId": text_ids, "domainId": dom_ids, "globalTid": tid})
+    _insert(
+        con,
+        "NVTX_EVENTS",
+        len(starts),
+        {
+            "start": starts,
+            "end": ends,
+            "eventType": etypes,
+            "text": texts,
+            "textId": text_ids,
+            "domainId": dom_ids,
+            "globalTid": tid,
+        },
+    )
 
 
 def _write_gpus(con: sqlite3.Connection, schema: str, procs: list[ProcessOut], gpu: GpuModel, node: int) -> None:
     devs = [p.local_rank for p in procs]
     uuids = [f"GPU-{node:08x}-5ca1-4e0d-9a3b-{d:012x}" for d in devs]
-    _insert(con, "TARGET_INFO_GPU", len(devs), {
-        "vmId": 0, "id": devs, "name": gpu.name, "busLocation": [f"0000:{0x18 + 0x10 * d:02x}:00.0" for d in devs],
-        "isDiscrete": 1, "l2CacheSize": 52_428_800, "totalMemory": gpu.total_memory,
-        "memoryBandwidth": int(gpu.hbm_gbps * 1e9), "clockRate": gpu.clock_rate_hz, "smCount": gpu.sm_count,
-        "uuid": uuids, "chipName": gpu.chip, "cuDevice": devs, "computeMajor": gpu.compute_major,
-        "computeMinor": gpu.compute_minor, "smMajor": gpu.compute_major, "smMinor": gpu.compute_minor,
-        "threadsPerWarp": 32, "maxThreadsPerBlock": 1024, "maxWarpsPerSm": 64, "maxBlocksPerSm": 32,
-    })
+    _insert(
+        con,
+        "TARGET_INFO_GPU",
+        len(devs),
+        {
+            "vmId": 0,
+            "id": devs,
+            "name": gpu.name,
+            "busLocation": [f"0000:{0x18 + 0x10 * d:02x}:00.0" for d in devs],
+            "isDiscrete": 1,
+            "l2CacheSize": 52_428_800,
+            "totalMemory": gpu.total_memory,
+            "memoryBandwidth": int(gpu.hbm_gbps * 1e9),
+            "clockRate": gpu.clock_rate_hz,
+            "smCount": gpu.sm_count,
+            "uuid": uuids,
+            "chipName": gpu.chip,
+            "cuDevice": devs,
+            "computeMajor": gpu.compute_major,
+            "computeMinor": gpu.compute_minor,
+            "smMajor": gpu.compute_major,
+            "smMinor": gpu.compute_minor,
+            "threadsPerWarp": 32,
+            "maxThreadsPerBlock": 1024,
+            "maxWarpsPerSm": 64,
+            "maxBlocksPerSm": 32,
+        },
+    )
     if _has(con, "TARGET_INFO_CUDA_DEVICE"):
-        _insert(con, "TARGET_INFO_CUDA_DEVICE", len(devs), {
-            "gpuId": devs, "cudaId": devs, "pid": [p.pid for p in procs], "uuid": uuids, "numMultiprocessors": gpu.sm_count})
+        _insert(
+            con,
+            "TARGET_INFO_CUDA_DEVICE",
+            len(devs),
+            {
+                "gpuId": devs,
+                "cudaId": devs,
+                "pid": [p.pid for p in procs],
+                "uuid": uuids,
+                "numMultiprocessors": gpu.sm_count,
+            },
+        )
 
 
-def _write_meta(con: sqlite3.Connection, schema: str, procs: list[ProcessOut], gpu: GpuModel, offset_ns: int,
-                t_min: int, t_max: int, capture: tuple[str, list[str], dict[str, str]], node: int) -> None:
+def _write_meta(
+    con: sqlite3.Connection,
+    schema: str,
+    procs: list[ProcessOut],
+    gpu: GpuModel,
+    offset_ns: int,
+    t_min: int,
+    t_max: int,
+    capture: tuple[str, list[str], dict[str, str]],
+    node: int,
+) -> None:
     _, product, schema_version, date = SCHEMAS[schema]
     major, minor, micro = schema_version.split(".")
     utc = SESSION_UTC_NS + offset_ns
     secs = utc // 1_000_000_000
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(secs))
-    meta = [("EXPORT_PRODUCT_NAME", "NVIDIA Nsight Systems"), ("EXPORT_PRODUCT_VERSION", product),
-            ("EXPORT_PRODUCT_DATE", date), ("EXPORT_SCHEMA_VERSION", schema_version),
-            ("EXPORT_SCHEMA_VERSION_MAJOR", major), ("EXPORT_SCHEMA_VERSION_MINOR", minor),
-            ("EXPORT_SCHEMA_VERSION_MICRO", micro), ("EXPORT_PLATFORM", "linux-desktop"), ("EXPORT_ARCH", "x64"),
-            ("EXPORT_HOST", f"node{node:03d}")]
+    meta = [
+        ("EXPORT_PRODUCT_NAME", "NVIDIA Nsight Systems"),
+        ("EXPORT_PRODUCT_VERSION", product),
+        ("EXPORT_PRODUCT_DATE", date),
+        ("EXPORT_SCHEMA_VERSION", schema_version),
+        ("EXPORT_SCHEMA_VERSION_MAJOR", major),
+        ("EXPORT_SCHEMA_VERSION_MINOR", minor),
+        ("EXPORT_SCHEMA_VERSION_MICRO", micro),
+        ("EXPORT_PLATFORM", "linux-desktop"),
+        ("EXPORT_ARCH", "x64"),
+        ("EXPORT_HOST", f"node{node:03d}"),
+    ]
     if _has(con, "META_DATA_EXPORT"):
-        meta += [("EXPORT_PARAM_LAZY", "true"), ("EXPORT_PARAM_TIME_NORMALIZE", "false"), ("EXPORT_PARAM_TIME_SHIFT", "0")]
+        meta += [
+            ("EXPORT_PARAM_LAZY", "true"),
+            ("EXPORT_PARAM_TIME_NORMALIZE", "false"),
+            ("EXPORT_PARAM_TIME_SHIFT", "0"),
+        ]
         _insert(con, "META_DATA_EXPORT", len(meta), {"name": [m[0] for m in meta], "value": [m[1] for m in meta]})
     else:
         meta += [("EXPORT_LAZY", "true")]
         _insert(con, "EXPORT_META_DATA", len(meta), {"name": [m[0] for m in meta], "value": [m[1] for m in meta]})
     if _has(con, "META_DATA_CAPTURE"):
         command, args, env = capture
-        rows = [("DEVICE_ID", "Local (CLI)"), ("CAPTURE_EVENT_TYPE", "NvtxEvents"), ("CAPTURE_EVENT_TYPE", "Cuda"),
-                ("START_TRIGGER", "Immediate"), ("PROCESS_0:HOW_TO_ATTACH", "LaunchAnother"),
-                ("PROCESS_0:COMMAND", command)]
+        rows = [
+            ("DEVICE_ID", "Local (CLI)"),
+            ("CAPTURE_EVENT_TYPE", "NvtxEvents"),
+            ("CAPTURE_EVENT_TYPE", "Cuda"),
+            ("START_TRIGGER", "Immediate"),
+            ("PROCESS_0:HOW_TO_ATTACH", "LaunchAnother"),
+            ("PROCESS_0:COMMAND", command),
+        ]
         rows += [(f"PROCESS_0:ARGUMENT_{i}", a) for i, a in enumerate(args)]
-        rows += [("PROCESS_0:WORKING_DIR", "/workspace/megatron"), ("PROCESS_0:COLLECT_NVTX_TRACE", "true"),
-                 ("PROCESS_0:COLLECT_CUDA_TRACE", "true")]
+        rows += [
+            ("PROCESS_0:WORKING_DIR", "/workspace/megatron"),
+            ("PROCESS_0:COLLECT_NVTX_TRACE", "true"),
+            ("PROCESS_0:COLLECT_CUDA_TRACE", "true"),
+        ]
         rows += [("PROCESS_0:ENVIRONMENT_VARIABLE", f'{k}="{v}"') for k, v in env.items()]
         rows += [("RUN_DURATION_MS", str((t_max - t_min) // 1_000_000))]
         _insert(con, "META_DATA_CAPTURE", len(rows), {"name": [r[0] for r in rows], "value": [r[1] for r in rows]})
-    _insert(con, "TARGET_INFO_SESSION_START_TIME", 1, {"utcEpochNs": utc, "utcTime": stamp, "localTime": stamp,
-                                                      "systemClockNs": 28_254_349_605})
-    env_rows = [("CpuCores", 1, "112"), ("Hostname", 619, f"node{node:03d}"), ("NvDriverVersion", 205, "570.124.06"),
-                ("CudaDriverVersion", 611, "12080"), ("OsDescription", 605, "Ubuntu 22.04.5 LTS")]
-    _insert(con, "TARGET_INFO_SYSTEM_ENV", len(env_rows), {
-        "globalVid": VM_BITS, "devStateName": "Local (CLI)", "name": [r[0] for r in env_rows],
-        "nameEnum": [r[1] for r in env_rows], "value": [r[2] for r in env_rows]})
-    _insert(con, "ANALYSIS_DETAILS", 1, {"globalVid": VM_BITS, "duration": t_max - t_min + 1_000_000,
-                                         "startTime": max(0, t_min - 500_000), "stopTime": t_max + 500_000})
+    _insert(
+        con,
+        "TARGET_INFO_SESSION_START_TIME",
+        1,
+        {"utcEpochNs": utc, "utcTime": stamp, "localTime": stamp, "systemClockNs": 28_254_349_605},
+    )
+    env_rows = [
+        ("CpuCores", 1, "112"),
+        ("Hostname", 619, f"node{node:03d}"),
+        ("NvDriverVersion", 205, "570.124.06"),
+        ("CudaDriverVersion", 611, "12080"),
+        ("OsDescription", 605, "Ubuntu 22.04.5 LTS"),
+    ]
+    _insert(
+        con,
+        "TARGET_INFO_SYSTEM_ENV",
+        len(env_rows),
+        {
+            "globalVid": VM_BITS,
+            "devStateName": "Local (CLI)",
+            "name": [r[0] for r in env_rows],
+            "nameEnum": [r[1] for r in env_rows],
+            "value": [r[2] for r in env_rows],
+        },
+    )
+    _insert(
+        con,
+        "ANALYSIS_DETAILS",
+        1,
+        {
+            "globalVid": VM_BITS,
+            "duration": t_max - t_min + 1_000_000,
+            "startTime": max(0, t_min - 500_000),
+            "stopTime": t_max + 500_000,
+        },
+    )

@@ -23,8 +23,11 @@ def _dump(path: Path) -> dict[str, list[tuple]]:
     return out
 
 
-@pytest.mark.parametrize("scenario", [p for p in scenario_paths() if p.stem in {"pp_interleaved", "per_node", "exposed_tp"}],
-                         ids=lambda p: p.stem)
+@pytest.mark.parametrize(
+    "scenario",
+    [p for p in scenario_paths() if p.stem in {"pp_interleaved", "per_node", "exposed_tp"}],
+    ids=lambda p: p.stem,
+)
 def test_committed_samples_match_regeneration(tmp_path: Path, scenario: Path) -> None:
     committed = SAMPLES / scenario.stem
     if not committed.exists():

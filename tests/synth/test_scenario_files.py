@@ -20,16 +20,19 @@ def test_packaged_scenarios_load() -> None:
         assert load_scenario(p).name == p.stem
 
 
-@pytest.mark.parametrize(("text", "field"), [
-    ("name: x\nparallel: {tp: 3}\n", "parallel.tp"),
-    ("name: x\nparallel: {tpp: 2}\n", "parallel.tpp"),
-    ("name: x\nkernels: {attention: sdpa}\n", "kernels.attention"),
-    ("name: x\nmodel: {layers: two}\n", "model.layers"),
-    ("name: x\nparallel: {pp: 2, vpp: 2}\nmodel: {num_microbatches: 3}\n", "parallel.vpp"),
-    ("name: x\noutput: {ranks: [99]}\n", "output.ranks"),
-    ("model: {}\n", "name"),
-    ("name: x\nbogus: 1\n", "bogus"),
-])
+@pytest.mark.parametrize(
+    ("text", "field"),
+    [
+        ("name: x\nparallel: {tp: 3}\n", "parallel.tp"),
+        ("name: x\nparallel: {tpp: 2}\n", "parallel.tpp"),
+        ("name: x\nkernels: {attention: sdpa}\n", "kernels.attention"),
+        ("name: x\nmodel: {layers: two}\n", "model.layers"),
+        ("name: x\nparallel: {pp: 2, vpp: 2}\nmodel: {num_microbatches: 3}\n", "parallel.vpp"),
+        ("name: x\noutput: {ranks: [99]}\n", "output.ranks"),
+        ("model: {}\n", "name"),
+        ("name: x\nbogus: 1\n", "bogus"),
+    ],
+)
 def test_bad_fields_are_named(tmp_path: Path, text: str, field: str) -> None:
     path = tmp_path / "s.yaml"
     path.write_text(text)
@@ -52,8 +55,12 @@ def test_schedules_are_megatron_orders() -> None:
     for p, v, m in [(4, 1, 8), (4, 2, 8), (2, 3, 4)]:
         for s in range(p):
             order = stage_passes(p, v, m, s)
-            assert sorted((x.mb, x.chunk) for x in order if x.forward) == sorted((mb, c) for mb in range(m) for c in range(v))
-            assert sorted((x.mb, x.chunk) for x in order if not x.forward) == sorted((mb, c) for mb in range(m) for c in range(v))
+            assert sorted((x.mb, x.chunk) for x in order if x.forward) == sorted(
+                (mb, c) for mb in range(m) for c in range(v)
+            )
+            assert sorted((x.mb, x.chunk) for x in order if not x.forward) == sorted(
+                (mb, c) for mb in range(m) for c in range(v)
+            )
             if v == 1:
                 assert [x.forward for x in order[: p - s - 1]] == [True] * (p - s - 1)
                 assert not order[p - s - 1 + 1].forward

@@ -31,30 +31,47 @@ def test_every_kernel_has_its_launch_call(generated: dict) -> None:
         con = sqlite3.connect(path)
         orphans = con.execute(
             "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL k LEFT JOIN CUPTI_ACTIVITY_KIND_RUNTIME r "
-            "ON r.correlationId = k.correlationId AND (r.globalTid & ?) = k.globalPid WHERE r.start IS NULL", (MASK_SQL,)
+            "ON r.correlationId = k.correlationId AND (r.globalTid & ?) = k.globalPid WHERE r.start IS NULL",
+            (MASK_SQL,),
         ).fetchone()[0]
         assert orphans == 0, path.name
         late = con.execute(
             "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN CUPTI_ACTIVITY_KIND_RUNTIME r "
-            "ON r.correlationId = k.correlationId AND (r.globalTid & ?) = k.globalPid WHERE k.start < r.end", (MASK_SQL,)
+            "ON r.correlationId = k.correlationId AND (r.globalTid & ?) = k.globalPid WHERE k.start < r.end",
+            (MASK_SQL,),
         ).fetchone()[0]
         assert late == 0, path.name
-        api = {n for (n,) in con.execute("SELECT DISTINCT s.value FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN "
-                                         "CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId=k.correlationId AND "
-                                         "(r.globalTid & ?) = k.globalPid JOIN StringIds s ON s.id=r.nameId", (MASK_SQL,))}
-        assert api <= {"cudaLaunchKernel_v7000", "cudaLaunchKernelExC_v11060", "cudaLaunchCooperativeKernel_v9000",
-                       "cuLaunchKernelEx"}
+        api = {
+            n
+            for (n,) in con.execute(
+                "SELECT DISTINCT s.value FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN "
+                "CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId=k.correlationId AND "
+                "(r.globalTid & ?) = k.globalPid JOIN StringIds s ON s.id=r.nameId",
+                (MASK_SQL,),
+            )
+        }
+        assert api <= {
+            "cudaLaunchKernel_v7000",
+            "cudaLaunchKernelExC_v11060",
+            "cudaLaunchCooperativeKernel_v9000",
+            "cuLaunchKernelEx",
+        }
         con.close()
 
 
 def test_every_string_reference_resolves(generated: dict) -> None:
     refs = [("CUPTI_ACTIVITY_KIND_KERNEL", c) for c in ("shortName", "demangledName", "mangledName")] + [
-        ("CUPTI_ACTIVITY_KIND_RUNTIME", "nameId"), ("NVTX_EVENTS", "textId"), ("ThreadNames", "nameId")]
+        ("CUPTI_ACTIVITY_KIND_RUNTIME", "nameId"),
+        ("NVTX_EVENTS", "textId"),
+        ("ThreadNames", "nameId"),
+    ]
     for path in _all(generated):
         con = sqlite3.connect(path)
         for table, col in refs:
-            missing = con.execute(f"SELECT count(*) FROM {table} t LEFT JOIN StringIds s ON s.id = t.{col} "
-                                  f"WHERE t.{col} IS NOT NULL AND s.id IS NULL").fetchone()[0]
+            missing = con.execute(
+                f"SELECT count(*) FROM {table} t LEFT JOIN StringIds s ON s.id = t.{col} "
+                f"WHERE t.{col} IS NOT NULL AND s.id IS NULL"
+            ).fetchone()[0]
             assert missing == 0, (path.name, table, col)
         con.close()
 
@@ -65,13 +82,17 @@ def test_global_ids_and_processes(generated: dict) -> None:
         procs = {gp for (gp,) in con.execute("SELECT globalPid FROM PROCESSES")}
         for (gp,) in con.execute("SELECT DISTINCT globalPid FROM CUPTI_ACTIVITY_KIND_KERNEL"):
             assert gp in procs and gp & 0xFFFFFF == 0 and (gp >> 48) & 0xFF == 1
-        for (gt,) in con.execute("SELECT DISTINCT globalTid FROM CUPTI_ACTIVITY_KIND_RUNTIME UNION "
-                                 "SELECT DISTINCT globalTid FROM NVTX_EVENTS"):
+        for (gt,) in con.execute(
+            "SELECT DISTINCT globalTid FROM CUPTI_ACTIVITY_KIND_RUNTIME UNION "
+            "SELECT DISTINCT globalTid FROM NVTX_EVENTS"
+        ):
             assert gt & MASK in procs
         devices = {d for (d,) in con.execute("SELECT id FROM TARGET_INFO_GPU")}
         assert {d for (d,) in con.execute("SELECT DISTINCT deviceId FROM CUPTI_ACTIVITY_KIND_KERNEL")} <= devices
-        coop = con.execute("SELECT DISTINCT s.value FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s ON s.id=k.shortName "
-                           "WHERE k.launchType = 2").fetchall()
+        coop = con.execute(
+            "SELECT DISTINCT s.value FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s ON s.id=k.shortName "
+            "WHERE k.launchType = 2"
+        ).fetchall()
         assert all(re.search(r"(ln|rmsnorm)_(fwd|bwd)_tuned_kernel", n) for (n,) in coop)
         con.close()
 
@@ -87,13 +108,18 @@ def test_schema_styles(generated: dict) -> None:
             assert "EXPORT_META_DATA" in tables and "META_DATA_CAPTURE" not in tables
         else:
             assert {"META_DATA_EXPORT", "META_DATA_CAPTURE"} <= tables
-            env = dict(v.split("=", 1) for (v,) in con.execute(
-                "SELECT value FROM META_DATA_CAPTURE WHERE name LIKE 'PROCESS_%:ENVIRONMENT_VARIABLE'"))
+            env = dict(
+                v.split("=", 1)
+                for (v,) in con.execute(
+                    "SELECT value FROM META_DATA_CAPTURE WHERE name LIKE 'PROCESS_%:ENVIRONMENT_VARIABLE'"
+                )
+            )
             assert {"CUDA_DEVICE_MAX_CONNECTIONS", "NVTE_FWD_LAYERNORM_SM_MARGIN", "NCCL_VERSION"} <= set(env)
             assert ("RANK" in env) == (".rank" in path.name)
         assert ("TARGET_INFO_CUDA_DEVICE" in tables) == version.startswith("2026")
-        assert "greenContextId" in {r[1] for r in con.execute("PRAGMA table_info(CUPTI_ACTIVITY_KIND_KERNEL)")} \
-            or version.startswith("2022.4")
+        assert "greenContextId" in {
+            r[1] for r in con.execute("PRAGMA table_info(CUPTI_ACTIVITY_KIND_KERNEL)")
+        } or version.startswith("2022.4")
         assert con.execute("SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME").fetchone()[0] > 10**18
         con.close()
     assert seen == {"2022.4", "2024.2", "2026.2"}
@@ -107,7 +133,13 @@ def test_2026_tables_match_real_export(generated: dict) -> None:
     path = next(p for p in _all(generated) if _version(sqlite3.connect(p)).startswith("2026"))
     con = sqlite3.connect(path)
     shared = _tables(con) & set(real_cols)
-    assert {"CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS", "StringIds", "META_DATA_CAPTURE"} <= shared
+    assert {
+        "CUPTI_ACTIVITY_KIND_KERNEL",
+        "CUPTI_ACTIVITY_KIND_RUNTIME",
+        "NVTX_EVENTS",
+        "StringIds",
+        "META_DATA_CAPTURE",
+    } <= shared
     for t in shared:
         assert [r[1] for r in con.execute(f"PRAGMA table_info({t})")] == real_cols[t], t
 
@@ -118,28 +150,38 @@ def test_nvtx_labels_enclose_their_launches(generated: dict) -> None:
     for name, paths in generated.items():
         for path in paths:
             con = sqlite3.connect(path)
-            doms = {(gt & MASK, d): t for gt, d, t in con.execute(
-                "SELECT globalTid, domainId, text FROM NVTX_EVENTS WHERE eventType = 75")}
+            doms = {
+                (gt & MASK, d): t
+                for gt, d, t in con.execute("SELECT globalTid, domainId, text FROM NVTX_EVENTS WHERE eventType = 75")
+            }
             if name == "unlabeled":
                 assert con.execute("SELECT count(*) FROM NVTX_EVENTS").fetchone()[0] == 0
                 continue
             ranges = {}
             for s, e, gt, d, text, tid in con.execute(
-                    "SELECT n.start, n.end, n.globalTid, n.domainId, n.text, s.value FROM NVTX_EVENTS n "
-                    "LEFT JOIN StringIds s ON s.id = n.textId WHERE n.eventType = 59"):
+                "SELECT n.start, n.end, n.globalTid, n.domainId, n.text, s.value FROM NVTX_EVENTS n "
+                "LEFT JOIN StringIds s ON s.id = n.textId WHERE n.eventType = 59"
+            ):
                 ranges.setdefault((gt, doms[(gt & MASK, d)]), []).append((s, e, tid if tid is not None else text))
             launches = con.execute(
                 "SELECT r.start, r.end, r.globalTid FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s ON s.id = k.shortName "
                 "JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId = k.correlationId AND (r.globalTid & ?) = k.globalPid "
-                "WHERE s.value LIKE 'nccl%'", (MASK_SQL,)).fetchall()
+                "WHERE s.value LIKE 'nccl%'",
+                (MASK_SQL,),
+            ).fetchall()
             if name != "tp_overlap_connections":  # userbuffers only: TP comm without NCCL kernels
                 assert launches, name
             for a, b, gt in launches:
                 pd = [t for s, e, t in ranges[(gt, "perfdoctor")] if s <= a and b <= e]
                 assert any(re.fullmatch(r"comm op=\w+ group=(dp|tp|cp|pp|ep) bytes=\d+ size=\d+", t) for t in pd)
                 assert any(t.startswith("nccl") for s, e, t in ranges[(gt, "NCCL")] if s <= a and b <= e)
-            marks = [t for (t,) in con.execute("SELECT coalesce(n.text, s.value) FROM NVTX_EVENTS n LEFT JOIN StringIds s "
-                                               "ON s.id = n.textId WHERE n.eventType = 34")]
+            marks = [
+                t
+                for (t,) in con.execute(
+                    "SELECT coalesce(n.text, s.value) FROM NVTX_EVENTS n LEFT JOIN StringIds s "
+                    "ON s.id = n.textId WHERE n.eventType = 34"
+                )
+            ]
             assert any(re.fullmatch(r"rank r=\d+ local=\d+ world=\d+", m) for m in marks)
             assert any(m.startswith("config {") for m in marks)
             con.close()

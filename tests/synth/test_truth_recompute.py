@@ -40,14 +40,29 @@ def _load(path: Path) -> dict:
     procs = {}
     for (gp,) in con.execute("SELECT DISTINCT globalPid FROM CUPTI_ACTIVITY_KIND_KERNEL"):
         pid = (gp >> 24) & 0xFFFFFF
-        k = con.execute("SELECT start, end, streamId, shortName, correlationId, launchType FROM CUPTI_ACTIVITY_KIND_KERNEL "
-                        "WHERE globalPid=? ORDER BY start", (gp,)).fetchall()
-        r = con.execute("SELECT start, end, correlationId, nameId, globalTid FROM CUPTI_ACTIVITY_KIND_RUNTIME "
-                        "WHERE globalTid >> 24 = ? >> 24", (gp,)).fetchall()
-        doms = {d: t for d, t in con.execute(
-            "SELECT domainId, text FROM NVTX_EVENTS WHERE eventType=75 AND globalTid >> 24 = ? >> 24", (gp,))}
-        nv = [(s, e, strings.get(tid, txt), doms.get(d)) for s, e, txt, tid, d in con.execute(
-            "SELECT start, end, text, textId, domainId FROM NVTX_EVENTS WHERE eventType=59 AND globalTid >> 24 = ? >> 24", (gp,))]
+        k = con.execute(
+            "SELECT start, end, streamId, shortName, correlationId, launchType FROM CUPTI_ACTIVITY_KIND_KERNEL "
+            "WHERE globalPid=? ORDER BY start",
+            (gp,),
+        ).fetchall()
+        r = con.execute(
+            "SELECT start, end, correlationId, nameId, globalTid FROM CUPTI_ACTIVITY_KIND_RUNTIME "
+            "WHERE globalTid >> 24 = ? >> 24",
+            (gp,),
+        ).fetchall()
+        doms = {
+            d: t
+            for d, t in con.execute(
+                "SELECT domainId, text FROM NVTX_EVENTS WHERE eventType=75 AND globalTid >> 24 = ? >> 24", (gp,)
+            )
+        }
+        nv = [
+            (s, e, strings.get(tid, txt), doms.get(d))
+            for s, e, txt, tid, d in con.execute(
+                "SELECT start, end, text, textId, domainId FROM NVTX_EVENTS WHERE eventType=59 AND globalTid >> 24 = ? >> 24",
+                (gp,),
+            )
+        ]
         procs[pid] = {"k": k, "r": r, "nvtx": nv}
     con.close()
     return {"strings": strings, "procs": procs}
@@ -56,11 +71,14 @@ def _load(path: Path) -> dict:
 def _groups(proc: dict, strings: dict) -> np.ndarray:
     """Group of each comm kernel from the enclosing `comm` NVTX range of its launch (userbuffers: tp)."""
     launch = {c: (s, e) for s, e, c, _, _ in proc["r"]}
-    comm_ranges = sorted((s, e, re.search(r"group=(\w+)", t).group(1)) for s, e, t, d in proc["nvtx"]
-                         if d == "perfdoctor" and t.startswith("comm "))
+    comm_ranges = sorted(
+        (s, e, re.search(r"group=(\w+)", t).group(1))
+        for s, e, t, d in proc["nvtx"]
+        if d == "perfdoctor" and t.startswith("comm ")
+    )
     starts = np.asarray([c[0] for c in comm_ranges], np.int64)
     out = []
-    for s, e, stream, name, corr, lt in proc["k"]:
+    for _s, _e, _stream, name, corr, _lt in proc["k"]:
         short = strings[name]
         if not COMM.match(short):
             out.append("")
@@ -99,9 +117,24 @@ def test_every_scenario_wrote_truth(generated: dict) -> None:
             assert p.with_suffix(".truth.json").exists()
 
 
-@pytest.mark.parametrize("name", ["clean_baseline", "exposed_dp", "exposed_tp", "exposed_cp", "pp_1f1b", "pp_interleaved",
-                                  "host_bound", "gc_jitter", "ln_blocked", "per_node", "unlabeled",
-                                  "tp_overlap_connections", "moe_ep"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "clean_baseline",
+        "exposed_dp",
+        "exposed_tp",
+        "exposed_cp",
+        "pp_1f1b",
+        "pp_interleaved",
+        "host_bound",
+        "gc_jitter",
+        "ln_blocked",
+        "per_node",
+        "unlabeled",
+        "tp_overlap_connections",
+        "moe_ep",
+    ],
+)
 def test_truth_matches_sqlite(generated: dict, name: str) -> None:
     for path in generated[name]:
         truth = json.loads(path.with_suffix(".truth.json").read_text())
@@ -171,6 +204,7 @@ def test_truth_matches_sqlite(generated: dict, name: str) -> None:
 
 def test_pathologies_show_in_truth(generated: dict) -> None:
     """Each scenario produces the pathology it is named after (and the baseline does not)."""
+
     def last(name: str, i: int = 0) -> dict:
         t = json.loads(generated[name][i].with_suffix(".truth.json").read_text())
         return next(iter(t["ranks"].values()))["steps"][-1]
