@@ -15,6 +15,7 @@ from perfdoctor.classify.timeline import copy_classes, kernel_classes
 from perfdoctor.load.run import load_run
 from perfdoctor.measure.breakdown import activity_window, summarize
 from perfdoctor.measure.metrics import across_ranks, timeline_metrics
+from perfdoctor.measure.pipeline import theory
 from perfdoctor.measure.steps import find_steps
 from perfdoctor.model import Report
 
@@ -31,8 +32,11 @@ def analyze(paths: list[Path], config: dict[str, Any] | None = None) -> Report:
         steps = find_steps(tl, window) if window else None
         devices.append(summarize(tl, kcls, ccls, steps))
         if steps is not None:
-            per_rank[str(tl.rank)] = timeline_metrics(tl, kcls, ccls, steps, groups)
+            per_rank[str(tl.rank)] = timeline_metrics(tl, kcls, ccls, steps, groups, run.config)
     warnings = list(run.warnings)
+    if (run.config.get("pp") or 1) > 1 and (missing := theory(run.config)[1]):
+        flag = "--" + missing[0].replace("_", "-")
+        warnings.append(f"pipeline bubble theory needs {', '.join(missing)} (give it with {flag})")
     if any(d.step_source == "window" for d in devices if d.window):
         warnings.append("no step markers found (perfdoctor `step` or `ProfilerStep#N` ranges): "
                         "the whole capture window is treated as one step")

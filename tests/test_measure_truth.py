@@ -8,7 +8,6 @@ step, host gap ms by cause within 10 %, LayerNorm blocked count within ±1 per s
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -95,3 +94,24 @@ def test_clean_baseline_is_clean():
         assert m["ln.blocked_count"] == 0
         for g in ("dp", "tp", "cp", "pp", "ep"):
             assert m[f"comm.{g}.exposed_fraction"] <= 0.25  # overlapped: only the tail is exposed
+
+
+def test_pipeline_bubbles(case):
+    scenario, measured, truth = case
+    for r, t in truth.items():
+        want = _median(t["steps"], lambda s: s["bubble_fraction"])
+        theory = t["steps"][0]["bubble_fraction_theory"]
+        m = measured[r]
+        if theory == 0:  # pp == 1
+            assert m["pipeline.bubble_fraction"] is None
+            continue
+        assert m["pipeline.bubble_fraction_theory"] == pytest.approx(theory, abs=1e-6)
+        if t["labels"]["perfdoctor"]:
+            assert m["pipeline.bubble_fraction"] == pytest.approx(want, abs=0.02), f"{scenario} rank {r}"
+
+
+def test_missing_pipeline_config_is_named(tmp_path):
+    """Without the config mark, pp > 1 from the command line alone cannot give the theory: say why."""
+    report = api.analyze([SAMPLES / "clean_baseline"], {"pp": 4, "num_microbatches": None})
+    assert any("num_microbatches" in w for w in report.warnings) or \
+        report.run.config.get("num_microbatches") is not None

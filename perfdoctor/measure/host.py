@@ -41,6 +41,7 @@ class HostGaps:
     by_cause: dict[str, np.ndarray]
     device_wait: np.ndarray
     idle: np.ndarray
+    wait_intervals: iv.Intervals  # the device-side waits themselves (pipeline bubbles are made of them)
 
 
 def host_gaps(tl: Timeline, steps: Steps, busy: iv.Intervals) -> HostGaps:
@@ -55,7 +56,7 @@ def host_gaps(tl: Timeline, steps: Steps, busy: iv.Intervals) -> HostGaps:
                         (steps.starts, step_ends))
     g0, g1 = gaps
     if not g0.size:
-        return HostGaps(by_cause, device_wait, device_wait.copy())
+        return HostGaps(by_cause, device_wait, device_wait.copy(), iv.EMPTY)
     step_of = np.clip(np.searchsorted(steps.starts, g0, side="right") - 1, 0, n - 1)
     length = (g1 - g0).astype(np.float64)
 
@@ -85,7 +86,8 @@ def host_gaps(tl: Timeline, steps: Steps, busy: iv.Intervals) -> HostGaps:
     device_wait = np.bincount(step_of[~host_caused & ~unknown], weights=length[~host_caused & ~unknown],
                               minlength=n)
     idle = np.bincount(step_of, weights=length, minlength=n)
-    return HostGaps(by_cause, device_wait, idle)
+    waiting = ~host_caused & ~unknown
+    return HostGaps(by_cause, device_wait, idle, (g0[waiting], g1[waiting]))
 
 
 def _ops(tl: Timeline) -> pd.DataFrame:

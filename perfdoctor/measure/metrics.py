@@ -17,6 +17,7 @@ from perfdoctor.measure import intervals as iv
 from perfdoctor.measure.breakdown import gpu_activity
 from perfdoctor.measure.host import CAUSES, host_gaps
 from perfdoctor.measure.layernorm import blocked_norms
+from perfdoctor.measure.pipeline import bubbles, theory
 from perfdoctor.measure.steps import Steps
 from perfdoctor.model import Timeline
 
@@ -24,7 +25,8 @@ METRIC_KEYS: tuple[str, ...] = (
     "step.time_ms", "step.time_p90_ms", "gpu.busy_fraction", "compute.fraction",
     "comm.time_ms", "comm.exposed_ms", "comm.exposed_fraction",
     *(f"comm.{g}.{m}" for g in GROUPS for m in ("time_ms", "exposed_ms", "exposed_fraction")),
-    "pipeline.bubble_fraction", "pipeline.bubble_fraction_theory",
+    "pipeline.bubble_ms", "pipeline.bubble_fraction", "pipeline.bubble_fraction_theory",
+    "pipeline.warmup_cooldown_ms", "pipeline.steady_stall_ms",
     "host.idle_fraction", "host.launch_bound_ms", "host.sync_ms", "host.gc_ms", "host.data_ms", "host.other_ms",
     "host.device_wait_ms",
     "ln.blocked_count", "ln.blocked_ms",
@@ -36,7 +38,7 @@ NS_PER_MS = 1e6
 
 
 def timeline_metrics(tl: Timeline, kcls: pd.DataFrame, ccls: pd.DataFrame, steps: Steps,
-                     groups: GroupLabels) -> dict[str, Any]:
+                     groups: GroupLabels, config: dict[str, Any]) -> dict[str, Any]:
     """Metrics of one timeline that the measurements can support; the rest stay ``None``.
 
     Per-group communication metrics need group labels: without any (a plain capture, before the
@@ -80,15 +82,24 @@ def timeline_metrics(tl: Timeline, kcls: pd.DataFrame, ccls: pd.DataFrame, steps
     ln = blocked_norms(tl, kcls, steps)
     out["ln.blocked_count"] = _median(ln.count_per_step)
     out["ln.blocked_ms"] = _median(ln.ms_per_step)
+    exposed_by_group = {}
     if groups.any_labelled:
-        compute_set = compute
         for g in GROUPS:
             mine = (groups.group == g)
             g_set = iv.union(k["start"].to_numpy()[mine], k["end"].to_numpy()[mine])
-            g_exposed = per_step(iv.subtract(g_set, compute_set))
+            exposed_by_group[g] = iv.subtract(g_set, compute)
+            g_exposed = per_step(exposed_by_group[g])
             out[f"comm.{g}.time_ms"] = _median(per_step(g_set)) / NS_PER_MS
             out[f"comm.{g}.exposed_ms"] = _median(g_exposed) / NS_PER_MS
             out[f"comm.{g}.exposed_fraction"] = _median(g_exposed / safe)
+    if (config.get("pp") or 1) > 1:
+        out["pipeline.bubble_fraction_theory"] = theory(config)[0]
+        if "pp" in exposed_by_group:
+            b = bubbles(steps, gaps.device_wait, exposed_by_group["pp"], gaps.wait_intervals, compute)
+            out["pipeline.bubble_ms"] = _median(b.bubble_ns) / NS_PER_MS
+            out["pipeline.bubble_fraction"] = _median(b.bubble_ns / safe)
+            out["pipeline.warmup_cooldown_ms"] = _median(b.edge_ns) / NS_PER_MS
+            out["pipeline.steady_stall_ms"] = _median(b.bubble_ns - b.edge_ns) / NS_PER_MS
     starts = np.sort(k["start"].to_numpy())
     in_step = np.searchsorted(starts, steps.ends) - np.searchsorted(starts, steps.starts)
     out["kernels.count_per_step"] = _median(in_step.astype(np.float64))
