@@ -63,7 +63,7 @@ def test_no_step_markers_is_flagged(report):
 
 def test_unknown_metrics_are_null_not_invented(report):
     m = report["metrics"]["all"]
-    for key in ("pipeline.bubble_fraction", "mfu", "ln.blocked_count", "memory.peak_allocated_bytes"):
+    for key in ("pipeline.bubble_fraction", "mfu", "comm.dp.exposed_ms", "memory.peak_allocated_bytes"):
         assert key in m and m[key] is None
     assert report["schema_version"] == "1"
     assert set(report["metrics"]["ranks"]) == {"0", "1"}
