@@ -22,19 +22,19 @@ def render_terminal(report: Report, console: Console) -> None:
         console.print(Text.assemble(("trace ", "bold"), str(info.path), f"  ({version}, export schema "
                                     f"{info.schema_version or '?'}, {info.counts.get('kernels', 0):,} kernels)"))
     for dev in report.devices:
-        console.print(_device_block(dev))
+        console.print(_device_block(dev, report.metrics["ranks"].get(str(dev.rank), {})))
     if report.warnings:
         console.print(Text("warnings", style="bold yellow"))
         for w in report.warnings:
             console.print(Text(f"  ! {w}", style="yellow"))
 
 
-def _device_block(dev: DeviceSummary) -> Panel:
+def _device_block(dev: DeviceSummary, metrics: dict) -> Panel:
     title = Text(dev.label + (f" · {dev.gpu_name}" if dev.gpu_name else "") +
                  (f" · {dev.process_name}" if dev.process_name else ""))
     parts: list = [_overview(dev)]
     if dev.device_id is not None:
-        parts += [_categories(dev), _collectives(dev), _streams(dev), _top_kernels(dev)]
+        parts += [_measurements(metrics), _categories(dev), _collectives(dev), _streams(dev), _top_kernels(dev)]
     else:
         parts.append(_nvtx(dev))
     return Panel(Group(*[p for p in parts if p is not None]), title=title, title_align="left")
@@ -62,6 +62,44 @@ def _overview(dev: DeviceSummary) -> Table:
     t.add_row("GPU busy", f"{_pct(dev.busy_ns, span)} of the window (union of kernels, copies, fills)")
     t.add_row("compute", f"{_pct(dev.compute_ns, span)} of the window")
     t.add_row("communication", f"{_pct(dev.comm_ns, span)} of the window")
+    return t
+
+
+def _measurements(m: dict) -> Table | None:
+    """Per-step medians of the measurements (DESIGN §3); rows for unknown values are left out."""
+    if m.get("step.time_ms") is None:
+        return None
+    t = Table(title="per step (median over steps)", title_justify="left")
+    t.add_column("measurement")
+    t.add_column("ms", justify="right", no_wrap=True)
+    t.add_column("% of step", justify="right", no_wrap=True)
+    step = m["step.time_ms"]
+
+    def row(name: str, ms: float | None, frac: float | None = None) -> None:
+        if ms is None and frac is None:
+            return
+        if frac is None and ms is not None and step:
+            frac = ms / step
+        t.add_row(name, "–" if ms is None else f"{ms:,.2f}", "–" if frac is None else f"{100 * frac:.1f} %")
+
+    row("step time", step, 1.0)
+    row("exposed communication (all groups)", m.get("comm.exposed_ms"), m.get("comm.exposed_fraction"))
+    for g in ("dp", "tp", "cp", "pp", "ep", "other"):
+        if m.get(f"comm.{g}.time_ms"):
+            row(f"  {g.upper()} comm (exposed / total {m[f'comm.{g}.time_ms']:,.2f} ms)",
+                m.get(f"comm.{g}.exposed_ms"), m.get(f"comm.{g}.exposed_fraction"))
+    row("device idle", None, m.get("host.idle_fraction"))
+    for cause, label in (("launch_bound", "launch-bound (Python, launch overhead)"), ("sync", "sync stall"),
+                         ("gc", "garbage collection"), ("data", "data loading"), ("other", "unattributed"),
+                         ("device_wait", "device waiting (dependency, other rank)")):
+        if m.get(f"host.{cause}_ms"):
+            row(f"  {label}", m[f"host.{cause}_ms"])
+    if m.get("ln.blocked_count"):
+        row(f"LayerNorm blocked by NCCL ({m['ln.blocked_count']:.0f} kernels)", m.get("ln.blocked_ms"))
+    if m.get("pipeline.bubble_fraction") is not None:
+        theory = m.get("pipeline.bubble_fraction_theory")
+        note = f" (theory {100 * theory:.1f} %)" if theory is not None else ""
+        row(f"pipeline bubble{note}", m.get("pipeline.bubble_ms"), m["pipeline.bubble_fraction"])
     return t
 
 
@@ -109,7 +147,7 @@ def _top_kernels(dev: DeviceSummary) -> Table | None:
     if not dev.top_kernels:
         return None
     total = sum(dev.category_ns.values())
-    t = Table(title="top kernels by time", title_justify="left")
+    t = Table(title="top kernels by time", title_justify="left", expand=True)
     t.add_column("kernel", overflow="ellipsis", no_wrap=True, ratio=1, min_width=16)
     t.add_column("category", no_wrap=True)
     t.add_column("count", justify="right", no_wrap=True)

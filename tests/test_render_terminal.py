@@ -1,0 +1,37 @@
+"""Terminal output: user strings are never interpreted as rich markup, and lines fit the terminal."""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+
+from rich.console import Console
+
+from perfdoctor import api
+from perfdoctor.render.terminal import render_terminal
+from tests.paths import SAMPLES
+
+PROBE = "[bold red]evil[/bold red] [/] [link=http://x]k[/link]"
+
+
+def test_markup_in_kernel_names_is_printed_literally(tmp_path):
+    trace = tmp_path / "t.sqlite"
+    shutil.copy(next((SAMPLES / "exposed_dp").glob("*.sqlite")), trace)
+    with sqlite3.connect(trace) as conn:
+        (sid,) = conn.execute("SELECT shortName FROM CUPTI_ACTIVITY_KIND_KERNEL GROUP BY shortName "
+                              "ORDER BY sum(end - start) DESC LIMIT 1").fetchone()
+        conn.execute("UPDATE StringIds SET value = ? WHERE id = ?", (PROBE, sid))
+    conn.close()
+    console = Console(width=200, record=True, color_system=None)
+    render_terminal(api.analyze([trace]), console)
+    text = console.export_text()
+    assert "[bold red]evil[/bold red]" in text
+
+
+def test_fits_an_80_column_terminal_and_shows_the_measurements():
+    console = Console(width=80, record=True, color_system=None)
+    render_terminal(api.analyze([SAMPLES / "ln_blocked"]), console)
+    text = console.export_text()
+    assert max(len(line) for line in text.splitlines()) <= 80
+    for needle in ("per step (median over steps)", "DP comm", "LayerNorm blocked by NCCL", "top kernels by time"):
+        assert needle in text
