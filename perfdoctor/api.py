@@ -29,7 +29,7 @@ def analyze(paths: list[Path], config: dict[str, Any] | None = None) -> Report:
         ccls = copy_classes(tl.memcpy)
         groups = label_groups(tl, kcls)
         window = activity_window(tl)
-        steps = find_steps(tl, window) if window else None
+        steps = find_steps(tl, window, kcls) if window else None
         devices.append(summarize(tl, kcls, ccls, steps))
         if steps is not None:
             per_rank[str(tl.rank)] = timeline_metrics(tl, kcls, ccls, steps, groups, run.config)

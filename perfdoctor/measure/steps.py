@@ -1,8 +1,13 @@
 """Training steps: the unit every per-step metric is a median over (DESIGN §3).
 
-Sources, in order: perfdoctor ``step n=..`` ranges; PyTorch profiler ``ProfilerStep#N`` ranges; else
-the whole capture window as one step, flagged so the output can say that per-step numbers are really
-per-window numbers.
+Sources, in order: perfdoctor ``step n=..`` ranges; PyTorch profiler ``ProfilerStep#N`` ranges; the
+periodic structure of the trace (every iteration ends with one burst of optimizer kernels, so the
+interval between two burst ends is one iteration); else the whole capture window as one step, flagged
+so the output can say that per-step numbers are really per-window numbers.
+
+Megatron-Core's own NVTX ranges (research/kernel_taxonomy.md §5) name layers, sub-modules, p2p calls
+and the warm-up/steady/cool-down phases of the pipeline schedule, but no range spans one iteration
+(the optimizer step lies outside all of them), so they cannot define steps.
 """
 
 from __future__ import annotations
@@ -11,18 +16,26 @@ import re
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 
 from perfdoctor.load.labels import labelled
 from perfdoctor.model import Timeline
 
 PROFILER_STEP = re.compile(r"^ProfilerStep#\d+$")
+# A natural break between intra-burst and inter-burst gaps: the sorted gaps must jump by this factor.
+MIN_BREAK_RATIO = 4.0
+# Every inter-burst gap holds one iteration of work: its kernel count is at least this share of the
+# median inter-burst gap's (a gap between two halves of one optimizer burst holds almost none).
+MIN_STEP_KERNEL_SHARE = 0.25
+# Gaps between single-kernel bursts hold whole iterations, at least this share of all kernels.
+MIN_STEPS_SHARE = 0.25
 
 
 @dataclass(frozen=True)
 class Steps:
     starts: np.ndarray  # int64 ns
     ends: np.ndarray
-    source: str  # nvtx-step | profiler-step | window
+    source: str  # nvtx-step | profiler-step | periodic | window
 
     @property
     def durations(self) -> np.ndarray:
@@ -32,8 +45,12 @@ class Steps:
         return int(self.starts.size)
 
 
-def find_steps(tl: Timeline, window: tuple[int, int]) -> Steps:
-    """Step intervals of one timeline; ``window`` is the device's activity window used as fallback."""
+def find_steps(tl: Timeline, window: tuple[int, int], kcls: pd.DataFrame) -> Steps:
+    """Step intervals of one timeline.
+
+    ``window`` is the device's activity window, the last resort; ``kcls`` is the taxonomy of
+    ``tl.kernels`` (its ``category`` column finds the optimizer kernels).
+    """
     ranges = tl.nvtx[tl.nvtx["end"].to_numpy() >= 0] if len(tl.nvtx) else tl.nvtx
     ours = labelled(ranges, "step")
     if len(ours):
@@ -43,7 +60,57 @@ def find_steps(tl: Timeline, window: tuple[int, int]) -> Steps:
         mask = np.array([isinstance(t, str) and bool(PROFILER_STEP.match(t)) for t in texts], dtype=bool)
         if mask.any():
             return _steps(ranges[mask], "profiler-step")
+    if len(kcls):
+        periodic = periodic_steps(tl.kernels["start"].to_numpy(), tl.kernels["end"].to_numpy(),
+                                  (kcls["category"] == "optimizer").to_numpy())
+        if periodic is not None:
+            return periodic
     return Steps(np.array([window[0]], dtype=np.int64), np.array([window[1]], dtype=np.int64), "window")
+
+
+def periodic_steps(start: np.ndarray, end: np.ndarray, optimizer: np.ndarray) -> Steps | None:
+    """Steps between consecutive ends of optimizer bursts (n bursts → n−1 steps); None below 2 bursts.
+
+    ``start``/``end`` cover all kernels of the timeline, ``optimizer`` marks the optimizer kernels.
+    """
+    opt = np.flatnonzero(optimizer)
+    if opt.size < 2:
+        return None
+    opt = opt[np.argsort(start[opt], kind="stable")]
+    o_start, o_end = start[opt], np.maximum.accumulate(end[opt])
+    # Kernels of any kind that start inside each gap between consecutive optimizer kernels.
+    all_starts = np.sort(start)
+    between = (np.searchsorted(all_starts, o_start[1:], side="left")
+               - np.searchsorted(all_starts, o_start[:-1], side="right"))
+    breaks = burst_breaks(np.maximum(o_start[1:] - o_end[:-1], 0), between, all_starts.size)
+    if not breaks.any():
+        return None
+    burst_end = o_end[np.append(np.flatnonzero(breaks), opt.size - 1)]
+    return Steps(burst_end[:-1].astype(np.int64), burst_end[1:].astype(np.int64), "periodic")
+
+
+def burst_breaks(gaps: np.ndarray, between: np.ndarray, total: int) -> np.ndarray:
+    """Which gaps between consecutive optimizer kernels separate two bursts (one per iteration).
+
+    The natural break is the largest jump in the sorted gaps (in ratio) whose upper side holds
+    iterations of work: every gap above it must contain a comparable number of other kernels. When
+    no gap jumps (all bursts one kernel, or a single burst), the gaps are either all inter-burst
+    (together they hold a large share of the timeline's ``total`` kernels) or all intra-burst (an
+    optimizer burst is a small part of an iteration).
+    """
+    order = np.sort(gaps).astype(np.float64)
+    ratio = (order[1:] + 1.0) / (order[:-1] + 1.0)
+    for j in np.argsort(-ratio, kind="stable"):
+        if ratio[j] < MIN_BREAK_RATIO:
+            break
+        cut = np.sqrt((order[j] + 1.0) * (order[j + 1] + 1.0))
+        upper = gaps > cut
+        if between[upper].min() >= MIN_STEP_KERNEL_SHARE * np.median(between[upper]) \
+                and between[~upper].max(initial=0) < between[upper].min():
+            return upper
+    if between.min() >= MIN_STEP_KERNEL_SHARE * np.median(between) and between.sum() >= MIN_STEPS_SHARE * total:
+        return np.ones(gaps.size, dtype=bool)
+    return np.zeros(gaps.size, dtype=bool)
 
 
 def _steps(rows, source: str) -> Steps:
