@@ -17,6 +17,7 @@ from perfdoctor.measure import intervals as iv
 from perfdoctor.measure.breakdown import gpu_activity
 from perfdoctor.measure.host import CAUSES, host_gaps
 from perfdoctor.measure.layernorm import blocked_norms
+from perfdoctor.measure.mfu import estimate
 from perfdoctor.measure.pipeline import bubbles, theory
 from perfdoctor.measure.steps import Steps
 from perfdoctor.model import Timeline
@@ -32,6 +33,7 @@ METRIC_KEYS: tuple[str, ...] = (
     "ln.blocked_count", "ln.blocked_ms",
     "kernels.count_per_step", "kernels.gemm_fraction",
     "mfu", "memory.peak_allocated_bytes", "memory.peak_reserved_bytes",
+    "mfu.fp8", "model.tflops_per_gpu",
 )
 
 NS_PER_MS = 1e6
@@ -103,6 +105,9 @@ def timeline_metrics(tl: Timeline, kcls: pd.DataFrame, ccls: pd.DataFrame, steps
     starts = np.sort(k["start"].to_numpy())
     in_step = np.searchsorted(starts, steps.ends) - np.searchsorted(starts, steps.starts)
     out["kernels.count_per_step"] = _median(in_step.astype(np.float64))
+    gpu_name = tl.gpu.name if tl.gpu else None
+    mfu = estimate(config, gpu_name, out["step.time_ms"] if steps.source != "window" else None, tl.trace.env)
+    out["mfu"], out["mfu.fp8"], out["model.tflops_per_gpu"] = mfu.mfu, mfu.mfu_fp8, mfu.tflops_per_gpu
     return out
 
 
