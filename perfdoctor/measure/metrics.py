@@ -16,6 +16,7 @@ from perfdoctor.classify.groups import GROUPS, GroupLabels
 from perfdoctor.measure import intervals as iv
 from perfdoctor.measure.breakdown import gpu_activity
 from perfdoctor.measure.host import CAUSES, host_gaps
+from perfdoctor.measure.kernel_mix import FAMILIES, UNFUSED_KINDS, kernel_mix
 from perfdoctor.measure.layernorm import blocked_norms
 from perfdoctor.measure.mfu import estimate
 from perfdoctor.measure.pipeline import bubbles, theory
@@ -34,6 +35,8 @@ METRIC_KEYS: tuple[str, ...] = (
     "kernels.count_per_step", "kernels.gemm_fraction",
     "mfu", "memory.peak_allocated_bytes", "memory.peak_reserved_bytes",
     "mfu.fp8", "model.tflops_per_gpu",
+    *(f"kernels.{f}_fraction" for f in FAMILIES), "kernels.unfused_ms",
+    *(f"kernels.unfused.{kind}_ms" for kind in UNFUSED_KINDS), "moe.expert_gemm_launches", "memcpy.exposed_ms",
 )
 
 NS_PER_MS = 1e6
@@ -108,6 +111,15 @@ def timeline_metrics(tl: Timeline, kcls: pd.DataFrame, ccls: pd.DataFrame, steps
     gpu_name = tl.gpu.name if tl.gpu else None
     mfu = estimate(config, gpu_name, out["step.time_ms"] if steps.source != "window" else None, tl.trace.env)
     out["mfu"], out["mfu.fp8"], out["model.tflops_per_gpu"] = mfu.mfu, mfu.mfu_fp8, mfu.tflops_per_gpu
+    mix = kernel_mix(tl, kcls, steps)
+    for family, ns in mix.family_ns.items():
+        out[f"kernels.{family}_fraction"] = _median(ns / safe)
+    out["kernels.unfused_ms"] = _median(mix.unfused_total_ns) / NS_PER_MS
+    for kind in UNFUSED_KINDS:
+        out[f"kernels.unfused.{kind}_ms"] = _median(mix.unfused_ns.get(kind, np.zeros(len(steps)))) / NS_PER_MS
+    if mix.moe_gemm_launches is not None:
+        out["moe.expert_gemm_launches"] = float(mix.moe_gemm_launches)
+    out["memcpy.exposed_ms"] = _median(mix.memcpy_exposed_ns) / NS_PER_MS
     return out
 
 

@@ -1,0 +1,174 @@
+"""Kernel mix: where compute time goes by kernel family, and the kernels a faster recipe would not run.
+
+- Shares of step time (union per step ÷ step duration) for GEMM, attention, norm, element-wise and
+  optimizer kernels: a GEMM share far below ~60 % on a large model says the time goes elsewhere.
+- Unfused patterns, by name (research/kernel_taxonomy.md §3.3-§3.4): an attention softmax (with its
+  mask) as its own kernel instead of inside a fused attention kernel; plain PyTorch dropout instead of
+  Megatron's bias-dropout-add fusion (compiler-generated ``triton_*`` kernels are fusions);
+  PyTorch activation functors instead of fused bias+activation (TE's activation kernels are fused);
+  log-softmax + NLL instead of a fused cross-entropy; a RoPE kernel that is neither TE's fused one nor
+  compiler-generated. An unfused RoPE written as plain tensor ops is only multiplies and adds: nothing
+  in its names says RoPE, so it cannot be told apart and is not counted.
+- Attention implementation (flash / cudnn / unfused), with the kernel that shows it.
+- MoE experts as one grouped GEMM or one GEMM per local expert: the GEMM launches between a token
+  permutation and the next MoE kernel count the expert GEMMs of one layer pass.
+- Host↔device copies the device spent not computing (``memcpy.exposed``): CPU offloading or ``.item()``
+  / ``.cpu()`` copies that stall the step.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from perfdoctor.classify.kernels import classify_kernel, signature_head
+from perfdoctor.measure import intervals as iv
+from perfdoctor.measure.steps import Steps
+from perfdoctor.model import Timeline
+
+FAMILIES: dict[str, tuple[str, ...]] = {
+    "attention": ("attention",),
+    "norm": ("norm", "norm_persistent"),
+    "elementwise": ("elementwise",),
+    "optimizer": ("optimizer",),
+}
+UNFUSED_KINDS = ("softmax", "cross_entropy", "dropout", "bias_activation", "rope")
+# nsys ENUM_CUDA_MEMCPY_OPER: 1 = host to device, 2 = device to host.
+HOST_COPY_KINDS = (1, 2)
+
+_LOG_SOFTMAX = re.compile(r"(?i)log_?softmax|nll_loss")
+_FUSED_SOFTMAX = re.compile(r"(?i)online_softmax")  # TE's fused cross-entropy (Triton)
+_COMPILED = re.compile(r"^triton_|(?i:fused_(?:bias|add)|bias_dropout|dropout_add)")
+_NATIVE = re.compile(r"at::native::")
+_FUSED_ROPE = re.compile(r"(?i)fused|^triton_|transformer_engine::|flash")
+_GROUPED_GEMM = re.compile(r"GroupProblemShape|GemmGrouped|(?i:grouped_?gemm)")
+_CUDNN_ATTENTION = re.compile(r"cudnn_generated")
+_FLASH_ATTENTION = re.compile(r"(?i)flash")
+_MOE_PERMUTE = re.compile(r"(?i)(?<!un)permute")
+
+
+@dataclass(frozen=True)
+class KernelMix:
+    """Per-step arrays are aligned with the steps (ns); the rest describe the whole timeline."""
+
+    family_ns: dict[str, np.ndarray]  # union of each family's kernels per step
+    unfused_ns: dict[str, np.ndarray]  # per unfused kind; kinds never seen are absent
+    unfused_total_ns: np.ndarray  # union over all unfused kernels (overlaps counted once)
+    attention: str | None  # flash | cudnn | unfused | other
+    attention_evidence: str | None
+    moe_gemm: str | None  # grouped | per_expert
+    moe_evidence: str | None
+    moe_gemm_launches: int | None  # most GEMM launches between a token permute and the next MoE kernel
+    memcpy_exposed_ns: np.ndarray  # host↔device copy time with no kernel running, per step
+
+
+def kernel_mix(tl: Timeline, kcls: pd.DataFrame, steps: Steps) -> KernelMix:
+    k = tl.kernels
+    start, end = k["start"].to_numpy(), k["end"].to_numpy()
+    category = kcls["category"].to_numpy(dtype=object) if len(k) else np.zeros(0, dtype=object)
+
+    def per_step(mask: np.ndarray) -> np.ndarray:
+        return iv.overlap_per_interval(steps.starts, steps.ends, iv.union(start[mask], end[mask])).astype(float)
+
+    families = {f: per_step(np.isin(category, cats)) for f, cats in FAMILIES.items()}
+    unfused, evidence = _unfused_kinds(k)
+    unfused_ns = {kind: per_step(unfused == kind) for kind in UNFUSED_KINDS if (unfused == kind).any()}
+    attention, attention_evidence = _attention_impl(k, category, unfused, evidence)
+    moe_gemm, moe_evidence, launches = _moe_gemms(k, category)
+    return KernelMix(families, unfused_ns, per_step(unfused != None), attention, attention_evidence,  # noqa: E711
+                     moe_gemm, moe_evidence, launches, _exposed_host_copies(tl, category, steps))
+
+
+def _names(k: pd.DataFrame) -> tuple[np.ndarray, list[str], list[str | None]]:
+    """Distinct (short, demangled) name pairs: the inverse index and the names, so rules run per name."""
+    if not len(k):
+        return np.zeros(0, dtype=np.int64), [], []
+    short, demangled = k["short_name"].cat, k["demangled_name"].cat
+    pair = short.codes.to_numpy().astype(np.int64) * (len(demangled.categories) + 1) + demangled.codes.to_numpy()
+    _, first, inverse = np.unique(pair, return_index=True, return_inverse=True)
+    shorts = [str(s) for s in k["short_name"].to_numpy(dtype=object)[first]]
+    demangleds = [d if isinstance(d, str) else None for d in k["demangled_name"].to_numpy(dtype=object)[first]]
+    return inverse, shorts, demangleds
+
+
+def unfused_kind(short: str, demangled: str | None = None) -> str | None:
+    """Which unfused pattern a kernel is, from its names (see the module docstring), or None."""
+    kind = classify_kernel(short, demangled).kind
+    head = signature_head(demangled or short)
+    names = f"{short} {head}"
+    if _LOG_SOFTMAX.search(names):
+        return "cross_entropy"
+    if kind == "softmax":
+        return None if _FUSED_SOFTMAX.search(names) else "softmax"
+    if kind == "dropout":
+        return None if _COMPILED.search(names) else "dropout"
+    if kind == "bias_activation":
+        return "bias_activation" if _NATIVE.search(names) else None
+    if kind == "rope":
+        return None if _FUSED_ROPE.search(names) else "rope"
+    return None
+
+
+def _unfused_kinds(k: pd.DataFrame) -> tuple[np.ndarray, dict[str, str]]:
+    """Unfused kind per kernel (None where fused or not such a kernel), and one kernel name per kind."""
+    inverse, shorts, demangleds = _names(k)
+    kinds = np.array([unfused_kind(s, d) for s, d in zip(shorts, demangleds)], dtype=object)
+    evidence: dict[str, str] = {}
+    for name, kind in zip(shorts, kinds):
+        if kind is not None:
+            evidence.setdefault(kind, name)
+    return kinds[inverse] if len(k) else np.zeros(0, dtype=object), evidence
+
+
+def _attention_impl(k: pd.DataFrame, category: np.ndarray, unfused: np.ndarray, evidence: dict[str, str],
+                    ) -> tuple[str | None, str | None]:
+    """flash / cudnn from the longest attention kernel's name; unfused when only a softmax kernel shows."""
+    attn = category == "attention"
+    if attn.any():
+        dur = (k["end"] - k["start"]).to_numpy()[attn]
+        names = k["short_name"].to_numpy(dtype=object)[attn]
+        totals = pd.Series(dur).groupby(names).sum()
+        top = str(totals.idxmax())
+        impl = "cudnn" if _CUDNN_ATTENTION.search(top) else "flash" if _FLASH_ATTENTION.search(top) else "other"
+        return impl, f"{top} ({totals.max() / 1e6:.1f} ms in the trace)"
+    if "softmax" in evidence:
+        count = int((unfused == "softmax").sum())
+        return "unfused", f"{evidence['softmax']} ×{count} between GEMMs, no fused attention kernel"
+    return None, None
+
+
+def _moe_gemms(k: pd.DataFrame, category: np.ndarray) -> tuple[str | None, str | None, int | None]:
+    inverse, shorts, demangleds = _names(k)
+    classes = [classify_kernel(s, d) for s, d in zip(shorts, demangleds)]
+    moe_name = np.array([c.kind == "moe" for c in classes], dtype=bool)
+    if not len(k) or not moe_name[inverse].any():
+        return None, None, None
+    grouped = [(s, m.group(0)) for s, d, c in zip(shorts, demangleds, classes)
+               if c.category == "gemm" and (m := _GROUPED_GEMM.search(f"{s} {d or ''}"))]
+    order = np.argsort(k["start"].to_numpy(), kind="stable")
+    is_gemm = (category == "gemm")[order]
+    is_moe = moe_name[inverse][order]
+    permute = is_moe & np.array([bool(_MOE_PERMUTE.search(shorts[i])) for i in inverse[order]], dtype=bool)
+    gemms_before = np.concatenate(([0], np.cumsum(is_gemm)))
+    moe_pos = np.flatnonzero(is_moe)
+    nxt = np.searchsorted(moe_pos, np.flatnonzero(permute), side="right")
+    has_next = nxt < moe_pos.size
+    spans = gemms_before[moe_pos[nxt[has_next]]] - gemms_before[np.flatnonzero(permute)[has_next] + 1]
+    launches = int(spans.max()) if spans.size else None
+    if grouped:
+        return "grouped", f"grouped GEMM {grouped[0][0]} ({grouped[0][1]})", launches
+    if launches and launches > 2:
+        return "per_expert", f"{launches} GEMM launches between a token permute and the next MoE kernel", launches
+    return None, None, launches
+
+
+def _exposed_host_copies(tl: Timeline, category: np.ndarray, steps: Steps) -> np.ndarray:
+    cp, k = tl.memcpy, tl.kernels
+    host = np.isin(cp["copy_kind"].to_numpy(), HOST_COPY_KINDS) if len(cp) else np.zeros(0, dtype=bool)
+    copies = iv.union(cp["start"].to_numpy()[host], cp["end"].to_numpy()[host])
+    compute = category != "comm"
+    busy = iv.union(k["start"].to_numpy()[compute], k["end"].to_numpy()[compute])
+    return iv.overlap_per_interval(steps.starts, steps.ends, iv.subtract(copies, busy)).astype(float)
