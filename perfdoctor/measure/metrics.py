@@ -21,6 +21,7 @@ from perfdoctor.measure.layernorm import blocked_norms
 from perfdoctor.measure.mfu import estimate
 from perfdoctor.measure.pipeline import bubbles, theory
 from perfdoctor.measure.steps import Steps
+from perfdoctor.measure.tp_overlap import serialized_overlap
 from perfdoctor.model import Timeline
 
 METRIC_KEYS: tuple[str, ...] = (
@@ -37,6 +38,7 @@ METRIC_KEYS: tuple[str, ...] = (
     "mfu.fp8", "model.tflops_per_gpu",
     *(f"kernels.{f}_fraction" for f in FAMILIES), "kernels.unfused_ms",
     *(f"kernels.unfused.{kind}_ms" for kind in UNFUSED_KINDS), "moe.expert_gemm_launches", "memcpy.exposed_ms",
+    "tp.serialized_overlap_ms",
 )
 
 NS_PER_MS = 1e6
@@ -120,6 +122,9 @@ def timeline_metrics(tl: Timeline, kcls: pd.DataFrame, ccls: pd.DataFrame, steps
     if mix.moe_gemm_launches is not None:
         out["moe.expert_gemm_launches"] = float(mix.moe_gemm_launches)
     out["memcpy.exposed_ms"] = _median(mix.memcpy_exposed_ns) / NS_PER_MS
+    tp_overlap = serialized_overlap(tl, kcls, steps)
+    if tp_overlap.ms_per_step is not None:
+        out["tp.serialized_overlap_ms"] = _median(tp_overlap.ms_per_step)
     return out
 
 
