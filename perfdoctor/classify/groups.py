@@ -2,13 +2,16 @@
 
 Sources, strongest first (DESIGN §4): perfdoctor ``comm ... group=<g>`` NVTX ranges projected onto the
 kernels they launched (``label_source`` "nvtx"); then facts of the kernel itself (``heuristic``):
-Transformer Engine userbuffers kernels exist only for TP comm-GEMM overlap. Kernels no source can
-label keep ``None``: a guess is never presented as a fact.
+Transformer Engine userbuffers kernels exist only for TP comm-GEMM overlap; then the name-only
+fallback of ``group_heuristics`` (streams, launch-order neighbours, the run config), not yet applied
+here. Every label has a confidence (high | medium | low) so a guess is never presented as a fact;
+kernels no source can label keep ``None``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -28,11 +31,26 @@ class GroupLabels:
     """Per comm kernel (aligned with the kernels table; ``None`` for compute kernels or unknown)."""
 
     group: np.ndarray  # object: dp|tp|cp|pp|ep|other|None
-    source: np.ndarray  # object: nvtx|None
+    source: np.ndarray  # object: nvtx|heuristic|None
+    confidence: np.ndarray  # object: high|medium|low|None
 
     @property
     def any_labelled(self) -> bool:
         return bool(np.any(self.source != None))  # noqa: E711 (elementwise on an object array)
+
+    def summary(self, kernels: pd.DataFrame) -> dict[str, dict[str, Any]]:
+        """How each group's labels were obtained, for the report (DESIGN §4): per group, its kernel
+        count and time, and the kernels and ns per ``label_source`` and per confidence."""
+        dur = (kernels["end"].to_numpy() - kernels["start"].to_numpy()) if len(kernels) else np.zeros(0)
+        out: dict[str, dict[str, Any]] = {}
+        for g in GROUPS:
+            mine = self.group == g
+            if not mine.any():
+                continue
+            out[g] = {"kernels": int(mine.sum()), "ns": int(dur[mine].sum()),
+                      "label_source": _tally(self.source[mine], dur[mine]),
+                      "confidence": _tally(self.confidence[mine], dur[mine])}
+        return out
 
 
 def label_groups(tl: Timeline, kcls: pd.DataFrame) -> GroupLabels:
@@ -40,13 +58,24 @@ def label_groups(tl: Timeline, kcls: pd.DataFrame) -> GroupLabels:
     n = len(tl.kernels)
     group = np.full(n, None, dtype=object)
     source = np.full(n, None, dtype=object)
+    confidence = np.full(n, None, dtype=object)
     comm_idx = np.flatnonzero((kcls["category"] == "comm").to_numpy()) if n else np.zeros(0, dtype=np.int64)
     if comm_idx.size:
         _from_nvtx(tl, comm_idx, group, source)
+        confidence[source == "nvtx"] = "high"
         userbuffers = (kcls["library"].to_numpy(dtype=object) == "userbuffers") & (source == None)  # noqa: E711
         group[userbuffers] = "tp"
         source[userbuffers] = "heuristic"
-    return GroupLabels(group, source)
+        confidence[userbuffers] = "high"  # userbuffers kernels exist only for TP overlap: a fact
+    return GroupLabels(group, source, confidence)
+
+
+def _tally(values: np.ndarray, dur: np.ndarray) -> dict[str, dict[str, int]]:
+    """``{value: {"kernels": n, "ns": t}}`` over the distinct values."""
+    keys, inverse = np.unique(values.astype(str), return_inverse=True)
+    counts = np.bincount(inverse, minlength=keys.size)
+    ns = np.bincount(inverse, weights=dur.astype(np.float64), minlength=keys.size)
+    return {str(k): {"kernels": int(c), "ns": int(t)} for k, c, t in zip(keys, counts, ns)}
 
 
 def _from_nvtx(tl: Timeline, comm_idx: np.ndarray, group: np.ndarray, source: np.ndarray) -> None:

@@ -1,0 +1,220 @@
+"""Parallel group of communication kernels no label names: the name-only fallback of
+research/kernel_taxonomy.md §6.3, from the evidence a plain nsys capture still holds.
+
+- **Position in launch order.** Correlation ids order every kernel as the CPU launched it, whatever
+  stream it ran on, so each comm kernel has compute neighbours even on its own stream. Megatron's
+  fingerprints (§6.2) are positions: a TP all-gather feeds the GEMM launched next and a TP
+  reduce-scatter / all-reduce consumes the GEMM launched before; CP exchanges sit inside or right
+  beside the attention kernels; EP all-to-alls (SendRecv) wrap the expert GEMMs next to the MoE
+  permute kernels; DP buckets sit between the last GEMM of the backward and the optimizer, or between
+  the optimizer and the first GEMM; a SendRecv with none of these neighbours is a pipeline transfer
+  at a micro-batch boundary.
+- **Streams.** A stream that runs (almost) only comm kernels is one process group's NCCL stream: its
+  kernels share one label, the duration-weighted vote of the per-kernel evidence. Comm kernels on the
+  compute stream (synchronous collectives, p2p) are judged one by one.
+- **Config.** A group whose known size is 1 has no traffic and is never chosen; a group the config
+  confirms raises the confidence.
+
+Every label carries a confidence (high | medium | low): positions and streams are evidence, not facts.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from perfdoctor.classify.kernels import classify_kernel
+
+CANDIDATES = ("dp", "tp", "cp", "pp", "ep")
+CONFIDENCE = ("low", "medium", "high")
+# A stream whose kernels are at least this share comm is a process group's own NCCL stream.
+COMM_STREAM_SHARE = 0.9
+# Compute kernels between a comm kernel and an attention / MoE kernel for them to count as neighbours.
+NEAR = 2
+# A comm stream whose kernels agree on one group by at least this share of their time: medium confidence.
+AGREEMENT = 0.9
+# On a stream where at least this share of the SendRecv kernels sit beside attention, the SendRecvs are
+# context-parallel all-to-alls before and after attention (Ulysses), not pipeline transfers.
+ULYSSES_SHARE = 0.25
+
+# Compute-kernel codes in launch order. Casts and FP8 scaling are transparent: they run between a
+# collective and the GEMM it feeds.
+OTHER, GEMM, ATTENTION, OPTIMIZER, MOE = 0, 1, 2, 3, 4
+COMM, TRANSPARENT = -1, -2
+_NONE = np.iinfo(np.int64).max // 4  # distance to a neighbour that does not exist
+
+# Evidence scores (higher wins); a baseline is what a collective type is when nothing else is known.
+STRONG = 2.0
+
+
+def heuristic_groups(kernels: pd.DataFrame, kcls: pd.DataFrame, config: dict[str, Any],
+                     known: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Group and confidence (object arrays aligned with ``kernels``) for comm kernels ``known`` leaves
+    ``None``; ``None`` elsewhere, and where the config rules out every candidate group."""
+    n = len(kernels)
+    group = np.full(n, None, dtype=object)
+    confidence = np.full(n, None, dtype=object)
+    comm = (kcls["category"] == "comm").to_numpy()
+    todo = comm & (known == None)  # noqa: E711 (elementwise on an object array)
+    if not todo.any():
+        return group, confidence
+    codes = _codes(kernels, kcls)
+    collective = kcls["collective"].to_numpy(dtype=object)
+    idx = np.flatnonzero(comm)
+    scores = _scores(_neighbours(kernels, codes, idx), collective[idx])
+    sizes = group_sizes(config)
+    ruled_out = np.array([sizes[g] is not None and sizes[g] <= 1 for g in CANDIDATES])
+    scores[:, ruled_out] = -np.inf
+    best = np.argmax(scores, axis=1)
+    winner = np.where(np.isfinite(scores.max(axis=1)), best, -1)
+    strong = scores.max(axis=1) >= STRONG
+    _ulysses(kernels["stream"].to_numpy()[idx], collective[idx], winner, strong, ruled_out)
+    conf = np.zeros(idx.size, dtype=np.int64)  # index into CONFIDENCE
+    _per_stream(kernels, comm, idx, known, winner, conf)
+    confirmed = np.array([sizes[g] is not None and sizes[g] > 1 for g in CANDIDATES])
+    bump = (winner >= 0) & confirmed[np.maximum(winner, 0)]
+    conf = np.minimum(conf + bump, len(CONFIDENCE) - 1)
+    mine = todo[idx] & (winner >= 0)
+    names = np.array(CANDIDATES, dtype=object)
+    group[idx[mine]] = names[winner[mine]]
+    confidence[idx[mine]] = np.array(CONFIDENCE, dtype=object)[conf[mine]]
+    return group, confidence
+
+
+def group_sizes(config: dict[str, Any]) -> dict[str, int | None]:
+    """Size of each candidate group's traffic as far as ``config`` knows it (``None``: unknown).
+
+    Megatron reduces gradients over DP×CP (§6.2), so a run with dp=1 still has DP traffic when cp > 1.
+    """
+    sizes = {g: config.get(g) for g in CANDIDATES}
+    dp, cp = sizes["dp"], sizes["cp"]
+    if dp is not None and (dp > 1 or cp is not None):
+        sizes["dp"] = dp * (cp or 1)
+    elif dp == 1:
+        sizes["dp"] = None
+    return sizes
+
+
+def _codes(kernels: pd.DataFrame, kcls: pd.DataFrame) -> np.ndarray:
+    """Compute-kernel code of every kernel; the taxonomy's ``kind`` is looked up once per distinct name."""
+    category = kcls["category"].to_numpy(dtype=object)
+    codes = np.full(len(kernels), OTHER, dtype=np.int64)
+    codes[category == "gemm"] = GEMM
+    codes[category == "attention"] = ATTENTION
+    codes[category == "optimizer"] = OPTIMIZER
+    codes[category == "comm"] = COMM
+    names = kernels["short_name"].astype(str).to_numpy(dtype=object)
+    distinct, inverse = np.unique(names, return_inverse=True)
+    kinds = np.array([classify_kernel(s).kind for s in distinct], dtype=object)[inverse]
+    codes[(kinds == "moe") & (codes == OTHER)] = MOE
+    codes[np.isin(kinds, ("cast_transpose", "fp8_scaling")) & (codes == OTHER)] = TRANSPARENT
+    return codes
+
+
+def _launch_order(kernels: pd.DataFrame) -> np.ndarray:
+    """Kernel rows in the order the CPU launched them: by correlation id when every kernel has one."""
+    corr = kernels["correlation_id"].to_numpy()
+    start = kernels["start"].to_numpy()
+    if len(corr) and (corr > 0).all():
+        return np.lexsort((start, corr))
+    return np.argsort(start, kind="stable")
+
+
+def _neighbours(kernels: pd.DataFrame, codes: np.ndarray, idx: np.ndarray) -> dict[str, np.ndarray]:
+    """Per comm kernel ``idx``: how many compute kernels lie between it and the nearest compute kernel
+    of each code, before (``*_prev``) and after (``*_next``) it in launch order; and whether an
+    optimizer kernel is nearer than any GEMM or attention kernel (``near_optimizer``)."""
+    order = _launch_order(kernels)
+    rank = np.empty(order.size, dtype=np.int64)
+    rank[order] = np.arange(order.size)
+    seq = codes[order]
+    compute_pos = np.flatnonzero(seq >= 0)  # launch positions of compute kernels
+    compute = seq[compute_pos]
+    nxt = np.searchsorted(compute_pos, rank[idx])  # index (in ``compute``) of the next compute kernel
+    prv = nxt - 1
+    out: dict[str, np.ndarray] = {}
+    for name, mask in (("gemm", compute == GEMM), ("attention", compute == ATTENTION),
+                       ("moe", compute == MOE), ("optimizer", compute == OPTIMIZER),
+                       ("layer", (compute == GEMM) | (compute == ATTENTION))):
+        at = np.flatnonzero(mask)
+        out[f"{name}_next"] = _distance_next(at, nxt)
+        out[f"{name}_prev"] = _distance_prev(at, prv)
+    out["near_optimizer"] = (out["optimizer_next"] < out["layer_next"]) | (out["optimizer_prev"] < out["layer_prev"])
+    return out
+
+
+def _distance_next(at: np.ndarray, i: np.ndarray) -> np.ndarray:
+    """Compute kernels from position ``i`` to the first of ``at`` at or after it (``_NONE`` if none)."""
+    j = np.searchsorted(at, i)
+    ok = j < at.size
+    return np.where(ok, at[np.minimum(j, max(at.size - 1, 0))] - i if at.size else 0, _NONE)
+
+
+def _distance_prev(at: np.ndarray, i: np.ndarray) -> np.ndarray:
+    """Compute kernels from the last of ``at`` at or before position ``i`` to ``i`` (``_NONE`` if none)."""
+    j = np.searchsorted(at, i, side="right") - 1
+    ok = (j >= 0) & (i >= 0)
+    return np.where(ok, i - at[np.maximum(j, 0)] if at.size else 0, _NONE)
+
+
+def _scores(nb: dict[str, np.ndarray], collective: np.ndarray) -> np.ndarray:
+    """Evidence per comm kernel (rows) for each group of ``CANDIDATES`` (columns); §6.3 as numbers."""
+    p2p = np.isin(collective, ("send_recv", "all_to_all"))
+    inside_attention = (nb["attention_prev"] == 0) & (nb["attention_next"] == 0)
+    near_attention = (nb["attention_prev"] <= NEAR) | (nb["attention_next"] <= NEAR)
+    near_moe = (nb["moe_prev"] <= NEAR) | (nb["moe_next"] <= NEAR)
+    feeds_gemm = np.where(collective == "all_gather", nb["gemm_next"] == 0,
+                          np.isin(collective, ("reduce_scatter", "all_reduce")) & (nb["gemm_prev"] == 0))
+    beside_gemm = (nb["gemm_prev"] == 0) | (nb["gemm_next"] == 0)
+    s = np.zeros((collective.size, len(CANDIDATES)))
+    dp, tp, cp, pp, ep = (CANDIDATES.index(g) for g in ("dp", "tp", "cp", "pp", "ep"))
+    # Collectives: TP when they feed or drain a GEMM, CP between attention kernels, DP beside the
+    # optimizer, and DP by default (buckets launched as gradients become ready).
+    s[:, tp] = np.where(~p2p & feeds_gemm, 3.0, 0.0)
+    s[:, cp] = np.where(inside_attention, 2.5, np.where(near_attention, 2.0, 0.0))
+    s[:, dp] = np.where(~p2p, np.where(nb["near_optimizer"], 2.5, 1.0), -np.inf)
+    # SendRecv: CP beside attention, EP beside the MoE permutes or the expert GEMMs, else PP.
+    s[:, ep] = np.where(p2p, np.where(near_moe, 2.5, np.where(beside_gemm, 1.5, 0.0)), -np.inf)
+    s[:, pp] = np.where(p2p, 1.0, -np.inf)
+    s[:, tp] = np.where(p2p, -np.inf, s[:, tp])
+    return s
+
+
+def _ulysses(stream: np.ndarray, collective: np.ndarray, winner: np.ndarray, strong: np.ndarray,
+             ruled_out: np.ndarray) -> None:
+    """SendRecvs without neighbours on a stream whose SendRecvs often sit beside attention are the
+    other half of an all-to-all pair around attention (CP), not pipeline transfers; in place."""
+    cp, pp = CANDIDATES.index("cp"), CANDIDATES.index("pp")
+    if ruled_out[cp]:
+        return
+    p2p = np.isin(collective, ("send_recv", "all_to_all"))
+    for s in np.unique(stream[p2p]):
+        mine = p2p & (stream == s)
+        if np.mean((winner[mine] == cp) & strong[mine]) >= ULYSSES_SHARE:
+            winner[mine & (winner == pp) & ~strong] = cp
+
+
+def _per_stream(kernels: pd.DataFrame, comm: np.ndarray, idx: np.ndarray, known: np.ndarray,
+                winner: np.ndarray, conf: np.ndarray) -> None:
+    """One label per process-group stream (in place): the NVTX label its other kernels carry, else
+    the duration-weighted vote of its kernels; medium confidence when the vote is near unanimous."""
+    stream = kernels["stream"].to_numpy()
+    streams, inverse = np.unique(stream, return_inverse=True)
+    share = np.bincount(inverse, weights=comm.astype(np.float64)) / np.bincount(inverse)
+    dur = (kernels["end"].to_numpy() - kernels["start"].to_numpy()).astype(np.float64)[idx]
+    names = list(CANDIDATES)
+    for k in np.flatnonzero(share >= COMM_STREAM_SHARE):
+        mine = inverse[idx] == k
+        labelled = {g for g in known[idx[mine]] if g in CANDIDATES}
+        if len(labelled) == 1:
+            winner[mine] = names.index(labelled.pop())
+            conf[mine] = CONFIDENCE.index("high")
+            continue
+        ok = mine & (winner >= 0)
+        if not ok.any():
+            continue
+        votes = np.bincount(winner[ok], weights=dur[ok] + 1.0, minlength=len(names))
+        winner[ok] = int(np.argmax(votes))
+        conf[ok] = CONFIDENCE.index("medium" if votes.max() >= AGREEMENT * votes.sum() else "low")
