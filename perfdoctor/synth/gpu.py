@@ -21,6 +21,7 @@ class GpuModel:
     hbm_gbps: float  # memory bandwidth, GB/s
     nvlink_gbps: float  # per-GPU unidirectional NVLink bandwidth, GB/s
     network_gbps: float  # per-GPU network (IB/RoCE) bandwidth, GB/s
+    pcie_gbps: float = 40.0  # achievable pinned host<->device copy rate (PCIe gen5 x16), GB/s
     nvlink_latency_us: float = 8.0
     network_latency_us: float = 20.0
     total_memory: int = 80 * 2**30
@@ -45,6 +46,14 @@ class GpuModel:
         """Bandwidth-bound kernels (norms, element-wise, casts, optimizer)."""
         return nbytes / (self.hbm_gbps * 1e9 * self.memory_efficiency) * 1e9 + 2_000.0
 
+    def copy_ns(self, nbytes: float) -> float:
+        """Host<->device copy over PCIe; small copies cost the DMA setup (~1 us in real exports)."""
+        return nbytes / (self.pcie_gbps * 1e9) * 1e9 + 1_000.0
+
+    def fill_ns(self, nbytes: float) -> float:
+        """cudaMemset: write-only, so it streams at the achievable HBM rate; a 4-byte fill takes ~0.8 us."""
+        return nbytes / (self.hbm_gbps * 1e9 * self.memory_efficiency) * 1e9 + 800.0
+
     def link_ns(self, nbytes: float, network: bool) -> float:
         """Point-to-point time of `nbytes` over NVLink or the network, latency included."""
         gbps, lat = (
@@ -64,6 +73,7 @@ GPUS: dict[str, GpuModel] = {
         2039.0,
         300.0,
         25.0,
+        pcie_gbps=20.0,
         clock_rate_hz=1_410_000_000,
         compute_major=8,
         chip="GA100",

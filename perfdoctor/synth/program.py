@@ -16,7 +16,7 @@ import numpy as np
 
 from perfdoctor.synth import kernels as K
 from perfdoctor.synth.gpu import GpuModel
-from perfdoctor.synth.recorder import RankRecorder
+from perfdoctor.synth.recorder import COPY_DTOH, COPY_HTOD, MEM_DEVICE, MEM_PAGEABLE, MEM_PINNED, RankRecorder
 from perfdoctor.synth.scenario import Scenario
 from perfdoctor.synth.schedule import Pass, stage_passes
 
@@ -52,6 +52,13 @@ _NORM_TUNED_HIDDEN = {
 }
 
 
+# Megatron's get_batch: the first stage needs tokens and position ids (int64), the last stage labels (int64)
+# and the loss mask (float32); the pinned DataLoader batch is copied host-to-device per micro-batch.
+_FIRST_STAGE_INPUTS = (8, 8)
+_LAST_STAGE_INPUTS = (8, 4)
+_LOSS_SCALAR_BYTES = 4  # the fp32 loss / grad-norm read back with `.item()` at step end
+
+
 class StageProgram:
     """Kernel sequence and timing of every rank of one pipeline stage (they are identical by symmetry)."""
 
@@ -82,6 +89,9 @@ class StageProgram:
         self._sigma = float(sc.run["noise"])
         self._build_kernels()
         self._build_buckets()
+        tokens = m["micro_batch_size"] * m["seq_length"]
+        dtypes = (_FIRST_STAGE_INPUTS if stage == 0 else ()) + (_LAST_STAGE_INPUTS if stage == self.pp - 1 else ())
+        self.input_bytes = [tokens * size for size in dtypes]
 
     # ---- costs -------------------------------------------------------------------------------------
     def _build_kernels(self) -> None:
@@ -595,10 +605,16 @@ class StageProgram:
         data_ms = h["data_ms"]
         if h["data_stall_every_steps"] and step % h["data_stall_every_steps"] == h["data_stall_every_steps"] - 1:
             data_ms += h["data_stall_ms"]
+        # zero_grad_buffer: Megatron clears this stage's contiguous grad buffer before forward-backward
+        grad_bytes = self.stage_params * sc.comm["grad_dtype_bytes"]
+        rec.fill(grad_bytes, self.s_compute, self.gpu.fill_ns(grad_bytes))
         dr = rec.push("data", "perfdoctor") if self.label_pd else -1
         rec.host_work(data_ms * 1e6, "data")
         if dr >= 0:
             rec.pop(dr)
+        for _ in range(self.m):
+            for nbytes in self.input_bytes:
+                rec.copy(nbytes, COPY_HTOD, MEM_PINNED, MEM_DEVICE, self.s_compute, self.gpu.copy_ns(nbytes))
         gc_at = None
         if h["gc_every_steps"] and step % h["gc_every_steps"] == h["gc_every_steps"] - 1:
             gc_at = (int(self.rng.integers(0, self.m)), int(self.rng.integers(0, self.layers_per_chunk)))
@@ -634,6 +650,8 @@ class StageProgram:
         if self.dp_size > 1 and dist and not overlap_ag:
             for chunk in range(self.vpp):
                 self._param_gathers(chunk, self.s_compute)
+        loss_ns = self.gpu.copy_ns(_LOSS_SCALAR_BYTES)
+        rec.copy(_LOSS_SCALAR_BYTES, COPY_DTOH, MEM_DEVICE, MEM_PAGEABLE, self.s_compute, loss_ns)
         rec.synchronize()
         rec.host_work(h["post_sync_python_us"] * 1e3)
         if sr >= 0:

@@ -5,7 +5,9 @@ plus the API call itself; the kernel starts when its call has returned (plus the
 stream is free and any event it waits on has fired. A host that launches more slowly than the GPU drains
 leaves the device idle (host-bound); a synchronize blocks the host until the device drains. A TE tuned
 norm is a cooperative launch that needs every SM: while an NCCL kernel on another stream holds SMs, it
-cannot start until that kernel ends, unless the SM margin env var leaves room.
+cannot start until that kernel ends, unless the SM margin env var leaves room. Copies and fills
+(`cudaMemcpyAsync`, `cudaMemsetAsync`) queue on a stream like kernels and keep the device busy; every
+`cudaStreamSynchronize` and `cudaStreamWaitEvent` leaves a CUPTI synchronization record, as in real exports.
 
 Columns are appended to plain lists (ints), so a million kernels stay cheap; the writer and the
 ground truth read the same lists.
@@ -25,6 +27,17 @@ GROUP_NAMES = {v: k for k, v in GROUP_CODES.items()}
 API_SYNC_STREAM = "cudaStreamSynchronize_v3020"
 API_EVENT_RECORD = "cudaEventRecord_v3020"
 API_STREAM_WAIT = "cudaStreamWaitEvent_v3020"
+API_MEMCPY = "cudaMemcpyAsync_v3020"
+API_MEMSET = "cudaMemsetAsync_v3020"
+
+# nsys enums (research/nsys_schema.md §3.14): ENUM_CUDA_MEMCPY_OPER, ENUM_CUDA_MEM_KIND, ENUM_CUPTI_SYNC_TYPE
+COPY_HTOD, COPY_DTOH = 1, 2
+MEM_PAGEABLE, MEM_PINNED, MEM_DEVICE = 0, 1, 2
+SYNC_STREAM_WAIT_EVENT, SYNC_STREAM_SYNCHRONIZE = 2, 3
+NO_EVENT = 0xFFFFFFFF  # eventId of a stream synchronize, as nsys writes it
+# CUPTI's synchronization record lies inside its API call: real exports show it ~0.5 us after the call
+# starts and ~0.6 us before it returns (stream sync), ~0.3 / 0.2 us for the short stream-wait calls.
+_SYNC_EDGE_NS = {SYNC_STREAM_SYNCHRONIZE: (550, 650), SYNC_STREAM_WAIT_EVENT: (300, 200)}
 
 NVTX_MARK = 34
 NVTX_PUSHPOP = 59
@@ -61,6 +74,24 @@ class RankRecorder:
     k_spec: list[int] = field(default_factory=list)
     k_corr: list[int] = field(default_factory=list)
     k_group: list[int] = field(default_factory=list)
+    # copies (CUPTI_ACTIVITY_KIND_MEMCPY): kind/src/dst are the nsys enum values
+    c_start: list[int] = field(default_factory=list)
+    c_end: list[int] = field(default_factory=list)
+    c_stream: list[int] = field(default_factory=list)
+    c_corr: list[int] = field(default_factory=list)
+    c_bytes: list[int] = field(default_factory=list)
+    c_kind: list[int] = field(default_factory=list)
+    c_src: list[int] = field(default_factory=list)
+    c_dst: list[int] = field(default_factory=list)
+    # fills (CUPTI_ACTIVITY_KIND_MEMSET), all to device memory with value 0
+    f_start: list[int] = field(default_factory=list)
+    f_end: list[int] = field(default_factory=list)
+    f_stream: list[int] = field(default_factory=list)
+    f_corr: list[int] = field(default_factory=list)
+    f_bytes: list[int] = field(default_factory=list)
+    # synchronization records: (start, end, stream, correlationId, syncType, eventId, eventSyncId)
+    syncs: list[tuple[int, int, int, int, int, int, int]] = field(default_factory=list)
+    events: int = 0
     # CUDA API calls
     r_start: list[int] = field(default_factory=list)
     r_end: list[int] = field(default_factory=list)
@@ -117,6 +148,42 @@ class RankRecorder:
             self._busy.append((start, end, stream))
         return end
 
+    def _queue(self, api: str, stream: int, dur: float) -> tuple[int, int, int]:
+        """Issue an async copy/fill call; the op runs once the call returned and its stream is free."""
+        self.host += self._python()
+        _, api_end, corr = self.api(api, int(self.cost.launch_ns[api]))
+        start = max(api_end + self.cost.latency_ns, self.stream_free.get(stream, 0))
+        end = start + max(int(dur), 500)
+        self.stream_free[stream] = end
+        return start, end, corr
+
+    def copy(self, nbytes: int, kind: int, src: int, dst: int, stream: int, dur: float) -> None:
+        """cudaMemcpyAsync of `nbytes` (copy kind and memory kinds as nsys enums) on `stream`."""
+        start, end, corr = self._queue(API_MEMCPY, stream, dur)
+        self.c_start.append(start)
+        self.c_end.append(end)
+        self.c_stream.append(stream)
+        self.c_corr.append(corr)
+        self.c_bytes.append(int(nbytes))
+        self.c_kind.append(kind)
+        self.c_src.append(src)
+        self.c_dst.append(dst)
+
+    def fill(self, nbytes: int, stream: int, dur: float) -> None:
+        """cudaMemsetAsync(ptr, 0, nbytes) of device memory on `stream`."""
+        start, end, corr = self._queue(API_MEMSET, stream, dur)
+        self.f_start.append(start)
+        self.f_end.append(end)
+        self.f_stream.append(stream)
+        self.f_corr.append(corr)
+        self.f_bytes.append(int(nbytes))
+
+    def _sync_record(self, sync_type: int, stream: int, event: int, event_sync: int) -> None:
+        """The CUPTI synchronization record of the API call just recorded."""
+        lead, trail = _SYNC_EDGE_NS[sync_type]
+        start, end, corr = self.r_start[-1], self.r_end[-1], self.r_corr[-1]
+        self.syncs.append((start + lead, end - trail, stream, corr, sync_type, event, event_sync))
+
     def _wait_for_sms(self, start: int, stream: int) -> int:
         """A cooperative norm cannot become resident while a side-stream NCCL kernel holds SMs."""
         self._busy = [b for b in self._busy if b[1] > start]
@@ -134,8 +201,10 @@ class RankRecorder:
 
     def wait_stream(self, dst: int, src: int) -> None:
         """`dst` waits for everything queued on `src` (event record + stream wait, as PyTorch does)."""
-        self.api(API_EVENT_RECORD, 1_500)
+        _, _, record = self.api(API_EVENT_RECORD, 1_500)
         self.api(API_STREAM_WAIT, 1_500)
+        self.events += 1
+        self._sync_record(SYNC_STREAM_WAIT_EVENT, dst, self.events, record)
         self.stream_free[dst] = max(self.stream_free.get(dst, 0), self.stream_free.get(src, 0))
 
     def synchronize(self) -> None:
@@ -148,6 +217,7 @@ class RankRecorder:
         self.r_end.append(end)
         self.r_corr.append(self.corr)
         self.r_name.append(API_SYNC_STREAM)
+        self._sync_record(SYNC_STREAM_SYNCHRONIZE, self.compute_stream, NO_EVENT, 0)
         self.host_ranges.append((start, end, "sync"))
         self.host = end
 
@@ -180,4 +250,13 @@ class RankRecorder:
             "spec": np.asarray(self.k_spec, dtype=np.int64),
             "corr": np.asarray(self.k_corr, dtype=np.int64),
             "group": np.asarray(self.k_group, dtype=np.int64),
+        }
+
+    def op_arrays(self) -> dict[str, np.ndarray]:
+        """Every device op (kernels, then copies, then fills) as int64 arrays: start, end, corr. The device
+        is busy while any of them runs (DESIGN §3), so idle time and gap-ending ops come from these."""
+        return {
+            "start": np.asarray(self.k_start + self.c_start + self.f_start, dtype=np.int64),
+            "end": np.asarray(self.k_end + self.c_end + self.f_end, dtype=np.int64),
+            "corr": np.asarray(self.k_corr + self.c_corr + self.f_corr, dtype=np.int64),
         }

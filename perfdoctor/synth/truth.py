@@ -2,8 +2,9 @@
 
 - exposed comm of group g = |union(comm kernels of g) − union(compute kernels)| within the step;
   `exposed_total` uses the union over all groups;
-- host gaps: device-idle intervals in the step; host-caused when the launch call of the kernel that
-  ends the gap began at or after the gap began; cause = what the host thread was doing at the gap's
+- host gaps: device-idle intervals in the step, where the device is busy while any kernel, copy or fill
+  runs; host-caused when the launch call of the op (kernel, copy or fill) that ends the gap began at or
+  after the gap began; cause = what the host thread was doing at the gap's
   start (sync call > GC range > data range > launch-bound); other idle time is `device_wait`;
 - bubble (PP > 1) = exposed PP comm + device-side idle; theory (p−1)/(v·m+p−1) of the step;
 - LN blocked: tuned (cooperative) norms whose start was delayed by a side-stream NCCL kernel.
@@ -38,7 +39,11 @@ def rank_truth(
     is_comm = np.asarray([s.is_comm for s in table.specs], dtype=bool)[k["spec"]]
     group = k["group"]
     cs, ce = union(start[~is_comm], end[~is_comm])
-    all_s, all_e = union(start, end)
+    ops = rec.op_arrays()
+    c_start = np.asarray(rec.c_start, dtype=np.int64) - offset_ns
+    f_start = np.asarray(rec.f_start, dtype=np.int64) - offset_ns
+    op_start, op_end = ops["start"] - offset_ns, ops["end"] - offset_ns
+    all_s, all_e = union(op_start, op_end)
     per_group = {
         g: union(start[is_comm & (group == GROUP_CODES[g])], end[is_comm & (group == GROUP_CODES[g])])
         for g in COMM_GROUPS
@@ -46,15 +51,13 @@ def rank_truth(
     with_compute = {g: union(np.concatenate([cs, gs]), np.concatenate([ce, ge])) for g, (gs, ge) in per_group.items()}
     comm_all = union(start[is_comm], end[is_comm])
     comm_all_c = union(np.concatenate([cs, comm_all[0]]), np.concatenate([ce, comm_all[1]]))
-    # launch call start of each kernel, via correlation id
+    # start of the API call that issued each op, via correlation id (ids grow with the calls)
     r_corr = np.asarray(rec.r_corr, dtype=np.int64)
     r_start = np.asarray(rec.r_start, dtype=np.int64) - offset_ns
     r_end = np.asarray(rec.r_end, dtype=np.int64) - offset_ns
-    launch_start = np.empty(len(start), dtype=np.int64)
-    pos = np.searchsorted(r_corr, k["corr"])
-    launch_start[:] = r_start[pos]
-    by_start = np.argsort(start, kind="stable")
-    sorted_start = start[by_start]
+    launch_start = r_start[np.searchsorted(r_corr, ops["corr"])]
+    by_start = np.argsort(op_start, kind="stable")
+    sorted_start = op_start[by_start]
     sync_mask = np.asarray([n == API_SYNC_STREAM for n in rec.r_name], dtype=bool)
     sync_s, sync_e = r_start[sync_mask], r_end[sync_mask]
     ranges = {
@@ -113,6 +116,8 @@ def rank_truth(
                 "ln_blocked_count": int(in_step.sum()),
                 "ln_blocked_ms": _ms(int(ln_delay[in_step].sum()) if len(ln_idx) else 0),
                 "kernels": int(((start >= lo) & (start < hi)).sum()),
+                "memcpy": int(((c_start >= lo) & (c_start < hi)).sum()),
+                "memset": int(((f_start >= lo) & (f_start < hi)).sum()),
             }
         )
     return {"steps": steps}

@@ -4,7 +4,8 @@ Only the tables a lazy export of a CUDA+NVTX capture holds are created, with the
 nsys uses (`ddl/*.sql`). Rows follow the conventions real files show (research/nsys_schema.md):
 globalTid = VM 1 << 48 | pid << 24 | tid, globalPid = globalTid with tid 0; kernel names, API names and
 registered NVTX strings are StringIds; correlationIds are unique per process and shared between a launch
-call and its kernel; NVTX domains are created per process with eventType 75 rows.
+call and its kernel (or copy, or fill); synchronization records carry the correlationId of their
+cudaStreamSynchronize / cudaStreamWaitEvent call; NVTX domains are created per process with eventType 75 rows.
 """
 
 from __future__ import annotations
@@ -12,17 +13,17 @@ from __future__ import annotations
 import itertools
 import sqlite3
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
-from collections.abc import Iterable
 
 import numpy as np
 
 from perfdoctor.synth.gpu import GpuModel
 from perfdoctor.synth.kernels import KernelTable
-from perfdoctor.synth.recorder import NVTX_DOMAIN_CREATE, NVTX_MARK, RankRecorder
+from perfdoctor.synth.recorder import MEM_DEVICE, NVTX_DOMAIN_CREATE, NVTX_MARK, RankRecorder
 
 SCHEMAS = {
     "2022.4": ("2022.4.2.sql", "2022.4.2.1", "3.0.0", "2022.4"),
@@ -120,6 +121,7 @@ def write_trace(
             gp = global_pid(proc.pid)
             main = global_tid(proc.pid, proc.pid)
             k = rec.kernel_arrays()
+            ops = rec.op_arrays()
             spec = k["spec"]
             n = len(spec)
             start = k["start"] - offset_ns
@@ -178,6 +180,7 @@ def write_trace(
                     "returnValue": 0,
                 },
             )
+            _write_memory_ops(con, rec, proc.local_rank, gp, offset_ns)
             _write_nvtx(con, rec, main, sid, offset_ns, nvtx_ascii, proc.rank_mark)
             threads = [
                 (main, "python3"),
@@ -208,14 +211,74 @@ def write_trace(
                     "flag": 2,
                 },
             )
-            lo = min(int(start.min()) if n else 0, int(rs.min()) if len(rs) else 0)
-            hi = max(int(end.max()) if n else 0, int(rs.max()) if len(rs) else 0)
+            lo = min(int(ops["start"].min()) - offset_ns if len(ops["start"]) else 0, int(rs.min()) if len(rs) else 0)
+            hi = max(int(ops["end"].max()) - offset_ns if len(ops["end"]) else 0, int(rs.max()) if len(rs) else 0)
             t_min = lo if t_min is None else min(t_min, lo)
             t_max = hi if t_max is None else max(t_max, hi)
         _write_gpus(con, schema, procs, gpu, node)
         _write_meta(con, schema, procs, gpu, offset_ns, t_min or 0, t_max or 0, capture_command, node)
         _insert(con, "StringIds", len(sid.ids), {"id": list(sid.ids.values()), "value": list(sid.ids.keys())})
     con.close()
+
+
+def _write_memory_ops(con: sqlite3.Connection, rec: RankRecorder, device: int, gp: int, offset_ns: int) -> None:
+    """MEMCPY, MEMSET and SYNCHRONIZATION rows in time order, with the NULLs real exports leave (no peer
+    device ids, no virtual address; sync records have no green context and only 2026 has eventSyncId)."""
+    common = {"deviceId": device, "contextId": 1, "greenContextId": 0, "globalPid": gp, "graphNodeId": None}
+    cs = np.asarray(rec.c_start, dtype=np.int64) - offset_ns
+    co = np.argsort(cs, kind="stable")
+    _insert(
+        con,
+        "CUPTI_ACTIVITY_KIND_MEMCPY",
+        len(co),
+        {
+            **common,
+            "start": cs[co].tolist(),
+            "end": (np.asarray(rec.c_end, dtype=np.int64)[co] - offset_ns).tolist(),
+            "streamId": np.asarray(rec.c_stream, dtype=np.int64)[co].tolist(),
+            "correlationId": np.asarray(rec.c_corr, dtype=np.int64)[co].tolist(),
+            "bytes": np.asarray(rec.c_bytes, dtype=np.int64)[co].tolist(),
+            "copyKind": np.asarray(rec.c_kind, dtype=np.int64)[co].tolist(),
+            "srcKind": np.asarray(rec.c_src, dtype=np.int64)[co].tolist(),
+            "dstKind": np.asarray(rec.c_dst, dtype=np.int64)[co].tolist(),
+            "copyCount": 1,
+        },
+    )
+    fs = np.asarray(rec.f_start, dtype=np.int64) - offset_ns
+    fo = np.argsort(fs, kind="stable")
+    _insert(
+        con,
+        "CUPTI_ACTIVITY_KIND_MEMSET",
+        len(fo),
+        {
+            **common,
+            "start": fs[fo].tolist(),
+            "end": (np.asarray(rec.f_end, dtype=np.int64)[fo] - offset_ns).tolist(),
+            "streamId": np.asarray(rec.f_stream, dtype=np.int64)[fo].tolist(),
+            "correlationId": np.asarray(rec.f_corr, dtype=np.int64)[fo].tolist(),
+            "value": 0,
+            "bytes": np.asarray(rec.f_bytes, dtype=np.int64)[fo].tolist(),
+            "memKind": MEM_DEVICE,
+        },
+    )
+    y = np.asarray(rec.syncs, dtype=np.int64).reshape(-1, 7)
+    y = y[np.argsort(y[:, 0], kind="stable")]
+    _insert(
+        con,
+        "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION",
+        len(y),
+        {
+            **common,
+            "greenContextId": None,
+            "start": (y[:, 0] - offset_ns).tolist(),
+            "end": (y[:, 1] - offset_ns).tolist(),
+            "streamId": y[:, 2].tolist(),
+            "correlationId": y[:, 3].tolist(),
+            "syncType": y[:, 4].tolist(),
+            "eventId": y[:, 5].tolist(),
+            "eventSyncId": y[:, 6].tolist(),
+        },
+    )
 
 
 def _write_nvtx(

@@ -59,6 +59,55 @@ def test_every_kernel_has_its_launch_call(generated: dict) -> None:
         con.close()
 
 
+@pytest.mark.parametrize(
+    ("table", "api"),
+    [("CUPTI_ACTIVITY_KIND_MEMCPY", "cudaMemcpyAsync_v3020"), ("CUPTI_ACTIVITY_KIND_MEMSET", "cudaMemsetAsync_v3020")],
+)
+def test_every_copy_and_fill_has_its_call(generated: dict, table: str, api: str) -> None:
+    """Copies and fills link to an async call of the same process (per-process correlationIds) and run
+    after it returned; copies use the real enums (pinned HtoD inputs, pageable DtoH scalars; middle
+    pipeline stages load no batch, so they only read back the scalar)."""
+    for path in _all(generated):
+        con = sqlite3.connect(path)
+        rows = con.execute(
+            f"SELECT s.value, t.start >= r.end FROM {table} t LEFT JOIN CUPTI_ACTIVITY_KIND_RUNTIME r "
+            "ON r.correlationId = t.correlationId AND (r.globalTid & ?) = t.globalPid "
+            "LEFT JOIN StringIds s ON s.id = r.nameId",
+            (MASK_SQL,),
+        ).fetchall()
+        assert rows, (path.name, table)
+        assert {name for name, _ in rows} == {api}, path.name
+        assert all(after for _, after in rows), path.name
+        if table == "CUPTI_ACTIVITY_KIND_MEMCPY":
+            kinds = set(con.execute("SELECT DISTINCT copyKind, srcKind, dstKind FROM CUPTI_ACTIVITY_KIND_MEMCPY"))
+            assert (2, 2, 0) in kinds and kinds <= {(1, 1, 2), (2, 2, 0)}, path.name
+        con.close()
+
+
+def test_sync_records_link_to_their_calls(generated: dict) -> None:
+    """Stream syncs (syncType 3) belong to cudaStreamSynchronize calls and stream waits (2) to
+    cudaStreamWaitEvent calls, one record each, lying inside the call; no such call lacks its record."""
+    expected = {3: "cudaStreamSynchronize_v3020", 2: "cudaStreamWaitEvent_v3020"}
+    for path in _all(generated):
+        con = sqlite3.connect(path)
+        rows = con.execute(
+            "SELECT y.syncType, s.value, r.start <= y.start AND y.end <= r.end AND y.start <= y.end "
+            "FROM CUPTI_ACTIVITY_KIND_SYNCHRONIZATION y LEFT JOIN CUPTI_ACTIVITY_KIND_RUNTIME r "
+            "ON r.correlationId = y.correlationId AND (r.globalTid & ?) = y.globalPid "
+            "LEFT JOIN StringIds s ON s.id = r.nameId",
+            (MASK_SQL,),
+        ).fetchall()
+        assert {t for t, _, _ in rows} >= {3}, path.name
+        assert all(name == expected[t] and inside for t, name, inside in rows), path.name
+        calls = con.execute(
+            "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN StringIds s ON s.id = r.nameId "
+            "WHERE s.value IN (?, ?)",
+            tuple(expected.values()),
+        ).fetchone()[0]
+        assert calls == len(rows), path.name
+        con.close()
+
+
 def test_every_string_reference_resolves(generated: dict) -> None:
     refs = [("CUPTI_ACTIVITY_KIND_KERNEL", c) for c in ("shortName", "demangledName", "mangledName")] + [
         ("CUPTI_ACTIVITY_KIND_RUNTIME", "nameId"),
@@ -136,6 +185,9 @@ def test_2026_tables_match_real_export(generated: dict) -> None:
     assert {
         "CUPTI_ACTIVITY_KIND_KERNEL",
         "CUPTI_ACTIVITY_KIND_RUNTIME",
+        "CUPTI_ACTIVITY_KIND_MEMCPY",
+        "CUPTI_ACTIVITY_KIND_MEMSET",
+        "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION",
         "NVTX_EVENTS",
         "StringIds",
         "META_DATA_CAPTURE",
@@ -164,8 +216,9 @@ def test_nvtx_labels_enclose_their_launches(generated: dict) -> None:
             ):
                 ranges.setdefault((gt, doms[(gt & MASK, d)]), []).append((s, e, tid if tid is not None else text))
             launches = con.execute(
-                "SELECT r.start, r.end, r.globalTid FROM CUPTI_ACTIVITY_KIND_KERNEL k JOIN StringIds s ON s.id = k.shortName "
-                "JOIN CUPTI_ACTIVITY_KIND_RUNTIME r ON r.correlationId = k.correlationId AND (r.globalTid & ?) = k.globalPid "
+                "SELECT r.start, r.end, r.globalTid FROM CUPTI_ACTIVITY_KIND_KERNEL k "
+                "JOIN StringIds s ON s.id = k.shortName JOIN CUPTI_ACTIVITY_KIND_RUNTIME r "
+                "ON r.correlationId = k.correlationId AND (r.globalTid & ?) = k.globalPid "
                 "WHERE s.value LIKE 'nccl%'",
                 (MASK_SQL,),
             ).fetchall()

@@ -1,5 +1,6 @@
 """The truth JSON must agree with quantities recomputed from the SQLite file alone (plain sqlite3/numpy,
-no simulator code): exposed comm per group, host gaps by cause, LN-blocked norms, step boundaries."""
+no simulator code): exposed comm per group, host gaps by cause, LN-blocked norms, step boundaries. The device
+is busy while a kernel, copy or fill runs, so idle gaps and the op that ends one come from all three tables."""
 
 from __future__ import annotations
 
@@ -59,11 +60,17 @@ def _load(path: Path) -> dict:
         nv = [
             (s, e, strings.get(tid, txt), doms.get(d))
             for s, e, txt, tid, d in con.execute(
-                "SELECT start, end, text, textId, domainId FROM NVTX_EVENTS WHERE eventType=59 AND globalTid >> 24 = ? >> 24",
+                "SELECT start, end, text, textId, domainId FROM NVTX_EVENTS "
+                "WHERE eventType=59 AND globalTid >> 24 = ? >> 24",
                 (gp,),
             )
         ]
-        procs[pid] = {"k": k, "r": r, "nvtx": nv}
+        ops = con.execute(
+            "SELECT start, end, correlationId FROM CUPTI_ACTIVITY_KIND_MEMCPY WHERE globalPid=? UNION ALL "
+            "SELECT start, end, correlationId FROM CUPTI_ACTIVITY_KIND_MEMSET WHERE globalPid=?",
+            (gp, gp),
+        ).fetchall()
+        procs[pid] = {"k": k, "r": r, "nvtx": nv, "ops": ops}
     con.close()
     return {"strings": strings, "procs": procs}
 
@@ -150,7 +157,10 @@ def test_truth_matches_sqlite(generated: dict, name: str) -> None:
             names = [data["strings"][x[3]] for x in proc["k"]]
             is_comm = np.asarray([bool(COMM.match(n)) for n in names])
             cs, ce = _union(start[~is_comm], end[~is_comm])
-            as_, ae = _union(start, end)
+            # every device op: kernels, then copies and fills (start, end, correlationId)
+            dev = np.asarray([(s, e, c) for s, e, _, _, c, _ in proc["k"]] + proc["ops"], np.int64)
+            dev = dev[np.argsort(dev[:, 0], kind="stable")]
+            as_, ae = _union(dev[:, 0], dev[:, 1])
             groups = _groups(proc, data["strings"]) if labeled else None
             launch = {c: (s, e) for s, e, c, _, _ in proc["r"]}
             if labeled:
@@ -175,8 +185,8 @@ def test_truth_matches_sqlite(generated: dict, name: str) -> None:
                 for g0, g1 in zip(gap_s.tolist(), gap_e.tolist()):
                     if g1 <= g0:
                         continue
-                    nxt = np.flatnonzero(start >= g1)
-                    caused = len(nxt) == 0 or launch[int(k[nxt[0], 3])][0] >= g0
+                    nxt = np.flatnonzero(dev[:, 0] >= g1)
+                    caused = len(nxt) == 0 or launch[int(dev[nxt[0], 2])][0] >= g0
                     if caused:
                         host[_cause(g0, proc, data["strings"])] += g1 - g0
                     else:
