@@ -20,17 +20,19 @@ from perfdoctor.measure.steps import find_steps
 from perfdoctor.model import Report
 
 
-def analyze(paths: list[Path], config: dict[str, Any] | None = None) -> Report:
+def analyze(paths: list[Path | str], config: dict[str, Any] | None = None) -> Report:
     """Analyse trace files or run directories into one Report."""
-    run = load_run(paths, config)
+    run = load_run([Path(p) for p in paths], config)
     devices, per_rank = [], {}
     for tl in run.timelines:
         kcls = kernel_classes(tl.kernels)
         ccls = copy_classes(tl.memcpy)
-        groups = label_groups(tl, kcls)
+        groups = label_groups(tl, kcls, run.config)
         window = activity_window(tl)
         steps = find_steps(tl, window, kcls) if window else None
-        devices.append(summarize(tl, kcls, ccls, steps))
+        device = summarize(tl, kcls, ccls, steps)
+        device.groups = groups.summary(tl.kernels)
+        devices.append(device)
         if steps is not None:
             per_rank[str(tl.rank)] = timeline_metrics(tl, kcls, ccls, steps, groups, run.config)
     warnings = list(run.warnings)

@@ -155,6 +155,9 @@ class DeviceSummary:
     nvtx_marks: int
     nvtx_domains: dict[str, int]
     osrt_calls: int
+    # How each parallel group's comm kernels were labelled (DESIGN §4): per group, kernels, ns, and the
+    # kernels/ns per label_source (nvtx | heuristic) and per confidence (high | medium | low).
+    groups: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 @dataclass

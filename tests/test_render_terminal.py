@@ -35,3 +35,9 @@ def test_fits_an_80_column_terminal_and_shows_the_measurements():
     assert max(len(line) for line in text.splitlines()) <= 80
     for needle in ("per step (median over steps)", "DP comm", "LayerNorm blocked by NCCL", "top kernels by time"):
         assert needle in text
+
+
+def test_heuristic_group_labels_say_so():
+    console = Console(width=120, record=True, color_system=None)
+    render_terminal(api.analyze([SAMPLES / "real_h100"]), console)
+    assert "[heuristic, low confidence]" in console.export_text()

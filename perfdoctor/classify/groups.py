@@ -3,9 +3,9 @@
 Sources, strongest first (DESIGN §4): perfdoctor ``comm ... group=<g>`` NVTX ranges projected onto the
 kernels they launched (``label_source`` "nvtx"); then facts of the kernel itself (``heuristic``):
 Transformer Engine userbuffers kernels exist only for TP comm-GEMM overlap; then the name-only
-fallback of ``group_heuristics`` (streams, launch-order neighbours, the run config), not yet applied
-here. Every label has a confidence (high | medium | low) so a guess is never presented as a fact;
-kernels no source can label keep ``None``.
+fallback of ``group_heuristics`` (streams, launch-order neighbours, the run config). Every label has a
+confidence (high | medium | low) so a guess is never presented as a fact; kernels no source can label
+keep ``None``.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from perfdoctor.classify.group_heuristics import heuristic_groups
 from perfdoctor.classify.projection import NO_RANGE, enclosing_range, launch_calls
 from perfdoctor.load.labels import labelled, parse_label
 from perfdoctor.model import Timeline
@@ -53,8 +54,9 @@ class GroupLabels:
         return out
 
 
-def label_groups(tl: Timeline, kcls: pd.DataFrame) -> GroupLabels:
-    """Label the comm kernels of one timeline (``kcls``: the taxonomy of ``tl.kernels``)."""
+def label_groups(tl: Timeline, kcls: pd.DataFrame, config: dict[str, Any] | None = None) -> GroupLabels:
+    """Label the comm kernels of one timeline (``kcls``: the taxonomy of ``tl.kernels``; ``config``: the
+    run's parallel config, whose known group sizes rule groups in or out of the heuristics)."""
     n = len(tl.kernels)
     group = np.full(n, None, dtype=object)
     source = np.full(n, None, dtype=object)
@@ -67,6 +69,11 @@ def label_groups(tl: Timeline, kcls: pd.DataFrame) -> GroupLabels:
         group[userbuffers] = "tp"
         source[userbuffers] = "heuristic"
         confidence[userbuffers] = "high"  # userbuffers kernels exist only for TP overlap: a fact
+        guess, how_sure = heuristic_groups(tl.kernels, kcls, config or {}, group)
+        guessed = guess != None  # noqa: E711
+        group[guessed] = guess[guessed]
+        source[guessed] = "heuristic"
+        confidence[guessed] = how_sure[guessed]
     return GroupLabels(group, source, confidence)
 
 

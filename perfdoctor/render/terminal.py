@@ -34,7 +34,8 @@ def _device_block(dev: DeviceSummary, metrics: dict) -> Panel:
                  (f" · {dev.process_name}" if dev.process_name else ""))
     parts: list = [_overview(dev)]
     if dev.device_id is not None:
-        parts += [_measurements(metrics), _categories(dev), _collectives(dev), _streams(dev), _top_kernels(dev)]
+        parts += [_measurements(metrics, dev.groups), _categories(dev), _collectives(dev), _streams(dev),
+                  _top_kernels(dev)]
     else:
         parts.append(_nvtx(dev))
     return Panel(Group(*[p for p in parts if p is not None]), title=title, title_align="left")
@@ -65,7 +66,16 @@ def _overview(dev: DeviceSummary) -> Table:
     return t
 
 
-def _measurements(m: dict) -> Table | None:
+def _how_labelled(info: dict | None) -> str:
+    """``nvtx`` / ``heuristic, low confidence`` …: the source and confidence holding most of the time."""
+    if not info:
+        return ""
+    source = max(info["label_source"].items(), key=lambda kv: kv[1]["ns"])[0]
+    confidence = max(info["confidence"].items(), key=lambda kv: kv[1]["ns"])[0]
+    return f" [{source}]" if confidence == "high" else f" [{source}, {confidence} confidence]"
+
+
+def _measurements(m: dict, groups: dict) -> Table | None:
     """Per-step medians of the measurements (DESIGN §3); rows for unknown values are left out."""
     if m.get("step.time_ms") is None:
         return None
@@ -80,13 +90,13 @@ def _measurements(m: dict) -> Table | None:
             return
         if frac is None and ms is not None and step:
             frac = ms / step
-        t.add_row(name, "–" if ms is None else f"{ms:,.2f}", "–" if frac is None else f"{100 * frac:.1f} %")
+        t.add_row(Text(name), "–" if ms is None else f"{ms:,.2f}", "–" if frac is None else f"{100 * frac:.1f} %")
 
     row("step time", step, 1.0)
     row("exposed communication (all groups)", m.get("comm.exposed_ms"), m.get("comm.exposed_fraction"))
     for g in ("dp", "tp", "cp", "pp", "ep", "other"):
         if m.get(f"comm.{g}.time_ms"):
-            row(f"  {g.upper()} comm (exposed / total {m[f'comm.{g}.time_ms']:,.2f} ms)",
+            row(f"  {g.upper()} comm (exposed / total {m[f'comm.{g}.time_ms']:,.2f} ms){_how_labelled(groups.get(g))}",
                 m.get(f"comm.{g}.exposed_ms"), m.get(f"comm.{g}.exposed_fraction"))
     row("device idle", None, m.get("host.idle_fraction"))
     for cause, label in (("launch_bound", "launch-bound (Python, launch overhead)"), ("sync", "sync stall"),
