@@ -90,7 +90,8 @@ def _from_nvtx(tl: Timeline, comm_idx: np.ndarray, group: np.ndarray, source: np
     ranges = ranges[ranges["end"].to_numpy() >= 0]
     if not len(ranges):
         return
-    names = np.array([_group_of(t) for t in ranges["text"]], dtype=object)
+    codes, texts = pd.factorize(ranges["text"].to_numpy(dtype=object))
+    names = np.array([_group_of(t) for t in texts], dtype=object)[codes]  # each distinct message once
     c_start, c_end, c_tid = launch_calls(tl.kernels.iloc[comm_idx], tl.api)
     which = enclosing_range(c_start, c_end, c_tid, ranges)
     hit = which != NO_RANGE

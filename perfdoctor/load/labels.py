@@ -32,15 +32,22 @@ def parse_label(text: str) -> tuple[str, dict[str, str]]:
 
 
 def labelled(nvtx: pd.DataFrame, kind: str) -> pd.DataFrame:
-    """Rows of ``nvtx`` in the perfdoctor domain whose message starts with ``kind``."""
+    """Rows of ``nvtx`` in the perfdoctor domain whose message starts with ``kind``.
+
+    Messages repeat (every step, every layer), so each distinct message is tested once.
+    """
+    import pandas as pd
+
     if not len(nvtx):
         return nvtx
-    domain = nvtx["domain"].to_numpy(dtype=object)
-    text = nvtx["text"].to_numpy(dtype=object)
+    ours = nvtx["domain"].to_numpy(dtype=object) == DOMAIN
+    if not ours.any():
+        return nvtx.iloc[0:0]
+    codes, uniques = pd.factorize(nvtx["text"].to_numpy(dtype=object)[ours])
     prefix = kind + " "
-    mask = np.array([d == DOMAIN and isinstance(t, str) and (t == kind or t.startswith(prefix))
-                     for d, t in zip(domain, text)], dtype=bool)
-    return nvtx[mask]
+    hit = np.array([isinstance(t, str) and (t == kind or t.startswith(prefix)) for t in uniques], dtype=bool)
+    rows = np.flatnonzero(ours)[(codes >= 0) & hit[np.maximum(codes, 0)]]
+    return nvtx.iloc[rows]
 
 
 def rank_mark(timeline: Timeline) -> dict[str, int] | None:

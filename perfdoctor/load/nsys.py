@@ -371,7 +371,7 @@ def _nvtx(db: SqliteExport, strings: pd.Series) -> tuple[pd.DataFrame, dict[int,
     event_type = _int(raw, "event_type")
     text_ids = _int(raw, "text_id")
     text = raw["text"].to_numpy(dtype=object)
-    missing = np.array([not isinstance(t, str) for t in text]) & (text_ids >= 0)
+    missing = pd.isna(text) & (text_ids >= 0)
     if missing.any():
         text = text.copy()
         text[missing] = strings.reindex(text_ids[missing]).to_numpy(dtype=object)
@@ -379,11 +379,7 @@ def _nvtx(db: SqliteExport, strings: pd.Series) -> tuple[pd.DataFrame, dict[int,
     gpid = tid & PID_MASK
     domain_id = _int(raw, "domain_id", 0)
 
-    creates = event_type == NVTX_DOMAIN_CREATE
-    domain_names = {(int(p), int(d)): str(t) for p, d, t in zip(gpid[creates], domain_id[creates], text[creates])}
-    domain = np.array([None if d == 0 else domain_names.get((int(p), int(d)), f"domain#{int(d)}")
-                       for p, d in zip(gpid, domain_id)], dtype=object) if len(domain_names) or domain_id.any() \
-        else np.full(len(raw), None, dtype=object)
+    domain = _domain_names(gpid, domain_id, text, event_type == NVTX_DOMAIN_CREATE)
 
     naming = event_type == NVTX_THREAD_NAME
     thread_names = {int(t): str(n) for t, n in zip(tid[naming], text[naming]) if isinstance(n, str)}
@@ -406,6 +402,25 @@ def _nvtx(db: SqliteExport, strings: pd.Series) -> tuple[pd.DataFrame, dict[int,
         "double_value": double_value[keep],
     })
     return out.sort_values("start", kind="stable").reset_index(drop=True), thread_names
+
+
+def _domain_names(gpid: np.ndarray, domain_id: np.ndarray, text: np.ndarray, creates: np.ndarray) -> np.ndarray:
+    """Domain name of each NVTX row: ids are per process, named by that process's create rows.
+
+    Resolved per distinct (process, domain id) pair; the default domain (id 0) is ``None`` and a domain
+    whose create row is outside the capture is ``domain#<id>``.
+    """
+    import pandas as pd
+
+    domain = np.full(gpid.size, None, dtype=object)
+    named = domain_id != 0
+    if not named.any():
+        return domain
+    names = {(int(p), int(d)): str(t) for p, d, t in zip(gpid[creates], domain_id[creates], text[creates])}
+    codes, pairs = pd.factorize(pd.MultiIndex.from_arrays([gpid[named], domain_id[named]]))
+    per_pair = np.array([names.get((int(p), int(d)), f"domain#{int(d)}") for p, d in pairs], dtype=object)
+    domain[named] = per_pair[codes]
+    return domain
 
 
 def _first_present(raw: pd.DataFrame, cols: tuple[str, ...], *, integer: bool = True) -> np.ndarray:

@@ -107,16 +107,17 @@ def activity_window(tl: Timeline) -> tuple[int, int] | None:
 def _sum_by(keys: np.ndarray, values: np.ndarray) -> dict[str, int]:
     if not keys.size:
         return {}
-    uniq, inverse = np.unique(keys.astype(str), return_inverse=True)
-    sums = np.bincount(inverse, weights=values.astype(np.float64), minlength=uniq.size)
-    return {str(u): int(round(s)) for u, s in zip(uniq, sums)}
+    codes, uniques = pd.factorize(keys)
+    sums = np.bincount(codes, weights=values.astype(np.float64), minlength=len(uniques))
+    return {str(u): int(round(s)) for u, s in zip(uniques, sums)}
 
 
 def _count_by(keys: np.ndarray) -> dict[str, int]:
     if not keys.size:
         return {}
-    uniq, counts = np.unique(keys.astype(str), return_counts=True)
-    return {str(u): int(c) for u, c in zip(uniq, counts)}
+    codes, uniques = pd.factorize(keys)
+    counts = np.bincount(codes, minlength=len(uniques))
+    return {str(u): int(c) for u, c in zip(uniques, counts)}
 
 
 def _streams(k: pd.DataFrame, dur: np.ndarray, comm: np.ndarray) -> list[dict[str, int]]:

@@ -120,9 +120,9 @@ def _ranges_where(tl: Timeline, kind: str) -> pd.DataFrame:
         return labelled(ranges, "gc")
     if not len(ranges):
         return ranges
-    texts = ranges["text"].to_numpy(dtype=object)
-    mask = np.array([isinstance(t, str) and bool(DATA_RANGE.match(t)) for t in texts], dtype=bool)
-    return ranges[mask]
+    codes, texts = pd.factorize(ranges["text"].to_numpy(dtype=object))  # each distinct message once
+    hit = np.array([isinstance(t, str) and bool(DATA_RANGE.match(t)) for t in texts], dtype=bool)
+    return ranges[(codes >= 0) & hit[np.maximum(codes, 0)]]
 
 
 def _inside(t: np.ndarray, tid: np.ndarray, spans: pd.DataFrame) -> np.ndarray:
