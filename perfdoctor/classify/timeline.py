@@ -23,11 +23,8 @@ def kernel_classes(kernels: pd.DataFrame) -> pd.DataFrame:
     shorts = kernels["short_name"].to_numpy(dtype=object)[first]
     demangleds = kernels["demangled_name"].to_numpy(dtype=object)[first]
     category, collective, library = classify_names(list(shorts), list(demangleds))
-    return pd.DataFrame({
-        "category": np.asarray(category, dtype=object)[inverse],
-        "collective": np.asarray(collective, dtype=object)[inverse],
-        "library": np.asarray(library, dtype=object)[inverse],
-    })
+    return _frame(np.asarray(category, dtype=object)[inverse], np.asarray(collective, dtype=object)[inverse],
+                  np.asarray(library, dtype=object)[inverse])
 
 
 def copy_classes(memcpy: pd.DataFrame) -> pd.DataFrame:
@@ -36,8 +33,14 @@ def copy_classes(memcpy: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame({"category": [], "collective": [], "library": []}, dtype=object)
     kinds, inverse = np.unique(memcpy["copy_kind"].to_numpy(), return_inverse=True)
     classes = [classify_memcpy(int(k)) for k in kinds]
-    return pd.DataFrame({
-        "category": np.array([c.category for c in classes], dtype=object)[inverse],
-        "collective": np.array([c.collective for c in classes], dtype=object)[inverse],
-        "library": np.array([c.library for c in classes], dtype=object)[inverse],
-    })
+    return _frame(np.array([c.category for c in classes], dtype=object)[inverse],
+                  np.array([c.collective for c in classes], dtype=object)[inverse],
+                  np.array([c.library for c in classes], dtype=object)[inverse])
+
+
+def _frame(category: np.ndarray, collective: np.ndarray, library: np.ndarray) -> pd.DataFrame:
+    """Plain object columns: pandas would otherwise store Arrow strings, and every ``to_numpy`` of a
+    measurement would rebuild millions of Python strings."""
+    return pd.DataFrame({"category": pd.Series(category, dtype=object),
+                         "collective": pd.Series(collective, dtype=object),
+                         "library": pd.Series(library, dtype=object)})

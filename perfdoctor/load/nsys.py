@@ -417,8 +417,10 @@ def _domain_names(gpid: np.ndarray, domain_id: np.ndarray, text: np.ndarray, cre
     if not named.any():
         return domain
     names = {(int(p), int(d)): str(t) for p, d, t in zip(gpid[creates], domain_id[creates], text[creates])}
-    codes, pairs = pd.factorize(pd.MultiIndex.from_arrays([gpid[named], domain_id[named]]))
-    per_pair = np.array([names.get((int(p), int(d)), f"domain#{int(d)}") for p, d in pairs], dtype=object)
+    # globalPid has its low 24 bits clear, so globalPid | domainId is one int64 key per pair.
+    codes, keys = pd.factorize(gpid[named] | domain_id[named])
+    per_pair = np.array([names.get((int(k) & PID_MASK, int(k) & ID_MASK), f"domain#{int(k) & ID_MASK}")
+                         for k in keys], dtype=object)
     domain[named] = per_pair[codes]
     return domain
 
