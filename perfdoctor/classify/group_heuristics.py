@@ -105,9 +105,8 @@ def _codes(kernels: pd.DataFrame, kcls: pd.DataFrame) -> np.ndarray:
     codes[category == "attention"] = ATTENTION
     codes[category == "optimizer"] = OPTIMIZER
     codes[category == "comm"] = COMM
-    names = kernels["short_name"].astype(str).to_numpy(dtype=object)
-    distinct, inverse = np.unique(names, return_inverse=True)
-    kinds = np.array([classify_kernel(s).kind for s in distinct], dtype=object)[inverse]
+    names = kernels["short_name"].cat  # distinct names are the categories: no sort of a million strings
+    kinds = np.array([classify_kernel(str(s)).kind for s in names.categories], dtype=object)[names.codes.to_numpy()]
     codes[(kinds == "moe") & (codes == OTHER)] = MOE
     codes[np.isin(kinds, ("cast_transpose", "fp8_scaling")) & (codes == OTHER)] = TRANSPARENT
     return codes
@@ -118,6 +117,8 @@ def _launch_order(kernels: pd.DataFrame) -> np.ndarray:
     corr = kernels["correlation_id"].to_numpy()
     start = kernels["start"].to_numpy()
     if len(corr) and (corr > 0).all():
+        if np.all(corr[1:] > corr[:-1]):
+            return np.arange(corr.size)
         return np.lexsort((start, corr))
     return np.argsort(start, kind="stable")
 
@@ -201,7 +202,7 @@ def _per_stream(kernels: pd.DataFrame, comm: np.ndarray, idx: np.ndarray, known:
     """One label per process-group stream (in place): the NVTX label its other kernels carry, else
     the duration-weighted vote of its kernels; medium confidence when the vote is near unanimous."""
     stream = kernels["stream"].to_numpy()
-    streams, inverse = np.unique(stream, return_inverse=True)
+    inverse, streams = pd.factorize(stream)
     share = np.bincount(inverse, weights=comm.astype(np.float64)) / np.bincount(inverse)
     dur = (kernels["end"].to_numpy() - kernels["start"].to_numpy()).astype(np.float64)[idx]
     names = list(CANDIDATES)

@@ -79,9 +79,9 @@ def label_groups(tl: Timeline, kcls: pd.DataFrame, config: dict[str, Any] | None
 
 def _tally(values: np.ndarray, dur: np.ndarray) -> dict[str, dict[str, int]]:
     """``{value: {"kernels": n, "ns": t}}`` over the distinct values."""
-    keys, inverse = np.unique(values.astype(str), return_inverse=True)
-    counts = np.bincount(inverse, minlength=keys.size)
-    ns = np.bincount(inverse, weights=dur.astype(np.float64), minlength=keys.size)
+    inverse, keys = pd.factorize(values)
+    counts = np.bincount(inverse, minlength=len(keys))
+    ns = np.bincount(inverse, weights=dur.astype(np.float64), minlength=len(keys))
     return {str(k): {"kernels": int(c), "ns": int(t)} for k, c, t in zip(keys, counts, ns)}
 
 

@@ -29,7 +29,8 @@ def launch_calls(ops: pd.DataFrame, api: pd.DataFrame) -> tuple[np.ndarray, np.n
     if not n or not len(api):
         return start, end, tid
     corr = api["correlation_id"].to_numpy()
-    order = np.argsort(corr, kind="stable")
+    # Correlation ids grow with call order, so the table is usually sorted already.
+    order = np.arange(corr.size) if np.all(corr[1:] >= corr[:-1]) else np.argsort(corr, kind="stable")
     sorted_corr = corr[order]
     want = ops["correlation_id"].to_numpy()
     pos = np.searchsorted(sorted_corr, want)

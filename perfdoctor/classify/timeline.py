@@ -12,17 +12,30 @@ import pandas as pd
 from perfdoctor.classify.kernels import classify_memcpy, classify_names
 
 
+def name_pairs(kernels: pd.DataFrame) -> tuple[np.ndarray, list[str], list[str | None]]:
+    """Distinct (short, demangled) kernel names: per kernel the index of its pair, and the pairs' names.
+
+    Built from the categorical codes with a hash (``pd.factorize``), so a million kernels cost one
+    linear pass; name rules then run once per distinct pair.
+    """
+    if not len(kernels):
+        return np.zeros(0, dtype=np.int64), [], []
+    short, demangled = kernels["short_name"].cat, kernels["demangled_name"].cat
+    width = len(demangled.categories) + 1
+    pair = short.codes.to_numpy().astype(np.int64) * width + demangled.codes.to_numpy()
+    inverse, pairs = pd.factorize(pair)
+    shorts = [str(short.categories[p // width]) for p in pairs]
+    demangleds = [str(demangled.categories[p % width]) if p % width < width - 1 and p % width >= 0 else None
+                  for p in pairs]
+    return inverse, shorts, demangleds
+
+
 def kernel_classes(kernels: pd.DataFrame) -> pd.DataFrame:
     """Columns ``category``, ``collective``, ``library`` (None where not applicable), aligned with ``kernels``."""
     if not len(kernels):
         return pd.DataFrame({"category": [], "collective": [], "library": []}, dtype=object)
-    short = kernels["short_name"].cat
-    demangled = kernels["demangled_name"].cat
-    pair = short.codes.to_numpy().astype(np.int64) * (len(demangled.categories) + 1) + demangled.codes.to_numpy()
-    _, first, inverse = np.unique(pair, return_index=True, return_inverse=True)
-    shorts = kernels["short_name"].to_numpy(dtype=object)[first]
-    demangleds = kernels["demangled_name"].to_numpy(dtype=object)[first]
-    category, collective, library = classify_names(list(shorts), list(demangleds))
+    inverse, shorts, demangleds = name_pairs(kernels)
+    category, collective, library = classify_names(shorts, demangleds)
     return _frame(np.asarray(category, dtype=object)[inverse], np.asarray(collective, dtype=object)[inverse],
                   np.asarray(library, dtype=object)[inverse])
 

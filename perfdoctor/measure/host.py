@@ -101,8 +101,8 @@ def _main_thread(call_tid: np.ndarray) -> int:
     known = call_tid[call_tid >= 0]
     if not known.size:
         return -1
-    values, counts = np.unique(known, return_counts=True)
-    return int(values[np.argmax(counts)])
+    codes, values = pd.factorize(known)
+    return int(values[np.argmax(np.bincount(codes))])
 
 
 def _blocking_calls(api: pd.DataFrame) -> pd.DataFrame:

@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from perfdoctor.classify.kernels import classify_kernel, signature_head
+from perfdoctor.classify.timeline import name_pairs
 from perfdoctor.measure import intervals as iv
 from perfdoctor.measure.steps import Steps
 from perfdoctor.model import Timeline
@@ -82,18 +83,6 @@ def kernel_mix(tl: Timeline, kcls: pd.DataFrame, steps: Steps) -> KernelMix:
                      moe_gemm, moe_evidence, launches, _exposed_host_copies(tl, category, steps))
 
 
-def _names(k: pd.DataFrame) -> tuple[np.ndarray, list[str], list[str | None]]:
-    """Distinct (short, demangled) name pairs: the inverse index and the names, so rules run per name."""
-    if not len(k):
-        return np.zeros(0, dtype=np.int64), [], []
-    short, demangled = k["short_name"].cat, k["demangled_name"].cat
-    pair = short.codes.to_numpy().astype(np.int64) * (len(demangled.categories) + 1) + demangled.codes.to_numpy()
-    _, first, inverse = np.unique(pair, return_index=True, return_inverse=True)
-    shorts = [str(s) for s in k["short_name"].to_numpy(dtype=object)[first]]
-    demangleds = [d if isinstance(d, str) else None for d in k["demangled_name"].to_numpy(dtype=object)[first]]
-    return inverse, shorts, demangleds
-
-
 def unfused_kind(short: str, demangled: str | None = None) -> str | None:
     """Which unfused pattern a kernel is, from its names (see the module docstring), or None."""
     kind = classify_kernel(short, demangled).kind
@@ -114,7 +103,7 @@ def unfused_kind(short: str, demangled: str | None = None) -> str | None:
 
 def _unfused_kinds(k: pd.DataFrame) -> tuple[np.ndarray, dict[str, str]]:
     """Unfused kind per kernel (None where fused or not such a kernel), and one kernel name per kind."""
-    inverse, shorts, demangleds = _names(k)
+    inverse, shorts, demangleds = name_pairs(k)
     kinds = np.array([unfused_kind(s, d) for s, d in zip(shorts, demangleds)], dtype=object)
     evidence: dict[str, str] = {}
     for name, kind in zip(shorts, kinds):
@@ -141,7 +130,7 @@ def _attention_impl(k: pd.DataFrame, category: np.ndarray, unfused: np.ndarray, 
 
 
 def _moe_gemms(k: pd.DataFrame, category: np.ndarray) -> tuple[str | None, str | None, int | None]:
-    inverse, shorts, demangleds = _names(k)
+    inverse, shorts, demangleds = name_pairs(k)
     classes = [classify_kernel(s, d) for s, d in zip(shorts, demangleds)]
     moe_name = np.array([c.kind == "moe" for c in classes], dtype=bool)
     if not len(k) or not moe_name[inverse].any():
