@@ -13,6 +13,7 @@ from perfdoctor import __version__
 from perfdoctor.classify.groups import label_groups
 from perfdoctor.classify.timeline import copy_classes, kernel_classes
 from perfdoctor.load.run import load_run
+from perfdoctor.measure.activity import activity
 from perfdoctor.measure.breakdown import activity_window, summarize
 from perfdoctor.measure.metrics import across_ranks, timeline_metrics
 from perfdoctor.measure.pipeline import theory
@@ -30,11 +31,12 @@ def analyze(paths: list[Path | str], config: dict[str, Any] | None = None) -> Re
         groups = label_groups(tl, kcls, run.config)
         window = activity_window(tl)
         steps = find_steps(tl, window, kcls) if window else None
-        device = summarize(tl, kcls, ccls, steps)
+        act = activity(tl, kcls, ccls)
+        device = summarize(tl, kcls, ccls, act, steps)
         device.groups = groups.summary(tl.kernels)
         devices.append(device)
         if steps is not None:
-            per_rank[str(tl.rank)] = timeline_metrics(tl, kcls, ccls, steps, groups, run.config)
+            per_rank[str(tl.rank)] = timeline_metrics(tl, kcls, act, steps, groups, run.config)
     warnings = list(run.warnings)
     if (run.config.get("pp") or 1) > 1 and (missing := theory(run.config)[1]):
         flag = "--" + missing[0].replace("_", "-")

@@ -7,13 +7,15 @@ import numpy as np
 import pandas as pd
 
 from perfdoctor.measure import intervals as iv
+from perfdoctor.measure.activity import Activity, gpu_activity
 from perfdoctor.measure.steps import Steps
 from perfdoctor.model import DeviceSummary, Timeline
 
 TOP_KERNELS = 10
 
 
-def summarize(tl: Timeline, kcls: pd.DataFrame, ccls: pd.DataFrame, steps: Steps | None) -> DeviceSummary:
+def summarize(tl: Timeline, kcls: pd.DataFrame, ccls: pd.DataFrame, act: Activity,
+              steps: Steps | None) -> DeviceSummary:
     """Breakdown of one timeline; a CPU-only timeline gets its NVTX window and zero GPU numbers.
 
     ``kcls``/``ccls`` are the taxonomy of its kernels and copies (:mod:`perfdoctor.classify.timeline`).
@@ -22,15 +24,9 @@ def summarize(tl: Timeline, kcls: pd.DataFrame, ccls: pd.DataFrame, steps: Steps
     k_dur = (k["end"] - k["start"]).to_numpy()
     c_dur = (cp["end"] - cp["start"]).to_numpy()
 
-    gpu_starts, gpu_ends = gpu_activity(tl)
     window = activity_window(tl)
 
-    k_comm = (kcls["category"] == "comm").to_numpy()
-    c_comm = (ccls["category"] == "comm").to_numpy()
-    comm = iv.union(np.concatenate([k["start"].to_numpy()[k_comm], cp["start"].to_numpy()[c_comm]]),
-                    np.concatenate([k["end"].to_numpy()[k_comm], cp["end"].to_numpy()[c_comm]]))
-    compute = iv.union(k["start"].to_numpy()[~k_comm], k["end"].to_numpy()[~k_comm])
-    busy = iv.union(gpu_starts, gpu_ends)
+    k_comm, c_comm = act.comm_kernels, act.comm_copies
 
     category_ns = _sum_by(kcls["category"].to_numpy(dtype=object), k_dur)
     category_count = _count_by(kcls["category"].to_numpy(dtype=object))
@@ -66,9 +62,9 @@ def summarize(tl: Timeline, kcls: pd.DataFrame, ccls: pd.DataFrame, steps: Steps
         step_ns=[int(d) for d in steps.durations] if steps else [],
         kernel_count=len(k),
         comm_kernel_count=int(k_comm.sum()),
-        busy_ns=iv.measure(iv.clip(busy, *window)) if window else 0,
-        compute_ns=iv.measure(compute),
-        comm_ns=iv.measure(comm),
+        busy_ns=iv.measure(iv.clip(act.busy, *window)) if window else 0,
+        compute_ns=iv.measure(act.compute),
+        comm_ns=iv.measure(act.comm),
         category_ns=category_ns,
         category_count=category_count,
         collectives=collectives,
@@ -83,13 +79,6 @@ def summarize(tl: Timeline, kcls: pd.DataFrame, ccls: pd.DataFrame, steps: Steps
         nvtx_domains=_count_by(domains),
         osrt_calls=tl.osrt_calls,
     )
-
-
-def gpu_activity(tl: Timeline) -> tuple[np.ndarray, np.ndarray]:
-    """Starts and ends of everything the device ran: kernels, copies, fills."""
-    parts = (tl.kernels, tl.memcpy, tl.memset)
-    return (np.concatenate([p["start"].to_numpy() for p in parts]),
-            np.concatenate([p["end"].to_numpy() for p in parts]))
 
 
 def activity_window(tl: Timeline) -> tuple[int, int] | None:

@@ -14,7 +14,7 @@ import pandas as pd
 
 from perfdoctor.classify.groups import GROUPS, GroupLabels
 from perfdoctor.measure import intervals as iv
-from perfdoctor.measure.breakdown import gpu_activity
+from perfdoctor.measure.activity import Activity
 from perfdoctor.measure.host import CAUSES, host_gaps
 from perfdoctor.measure.kernel_mix import FAMILIES, UNFUSED_KINDS, kernel_mix
 from perfdoctor.measure.layernorm import blocked_norms
@@ -44,7 +44,7 @@ METRIC_KEYS: tuple[str, ...] = (
 NS_PER_MS = 1e6
 
 
-def timeline_metrics(tl: Timeline, kcls: pd.DataFrame, ccls: pd.DataFrame, steps: Steps,
+def timeline_metrics(tl: Timeline, kcls: pd.DataFrame, act: Activity, steps: Steps,
                      groups: GroupLabels, config: dict[str, Any]) -> dict[str, Any]:
     """Metrics of one timeline that the measurements can support; the rest stay ``None``.
 
@@ -60,14 +60,9 @@ def timeline_metrics(tl: Timeline, kcls: pd.DataFrame, ccls: pd.DataFrame, steps
     if tl.device_id is None:
         return out  # CPU-only capture: nothing ran on a GPU
 
-    k, cp = tl.kernels, tl.memcpy
-    k_comm = (kcls["category"] == "comm").to_numpy()
-    c_comm = (ccls["category"] == "comm").to_numpy()
+    k = tl.kernels
     gemm = (kcls["category"] == "gemm").to_numpy()
-    comm = iv.union(np.concatenate([k["start"].to_numpy()[k_comm], cp["start"].to_numpy()[c_comm]]),
-                    np.concatenate([k["end"].to_numpy()[k_comm], cp["end"].to_numpy()[c_comm]]))
-    compute = iv.union(k["start"].to_numpy()[~k_comm], k["end"].to_numpy()[~k_comm])
-    busy = iv.union(*gpu_activity(tl))
+    comm, compute, busy = act.comm, act.compute, act.busy
 
     def per_step(s: iv.Intervals) -> np.ndarray:
         return iv.overlap_per_interval(steps.starts, steps.ends, s).astype(np.float64)

@@ -1,0 +1,41 @@
+"""What a device was doing, as interval sets computed once per timeline and shared by every measurement.
+
+Compute is the union of non-communication kernels; communication is the union of comm kernels and
+peer copies; busy is everything the device ran (kernels, copies, fills) — DESIGN §3.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from perfdoctor.measure import intervals as iv
+from perfdoctor.model import Timeline
+
+
+@dataclass(frozen=True)
+class Activity:
+    comm_kernels: np.ndarray  # mask over tl.kernels
+    comm_copies: np.ndarray  # mask over tl.memcpy (peer copies)
+    busy: iv.Intervals
+    compute: iv.Intervals
+    comm: iv.Intervals
+
+
+def gpu_activity(tl: Timeline) -> tuple[np.ndarray, np.ndarray]:
+    """Starts and ends of everything the device ran: kernels, copies, fills."""
+    parts = (tl.kernels, tl.memcpy, tl.memset)
+    return (np.concatenate([p["start"].to_numpy() for p in parts]),
+            np.concatenate([p["end"].to_numpy() for p in parts]))
+
+
+def activity(tl: Timeline, kcls: pd.DataFrame, ccls: pd.DataFrame) -> Activity:
+    k, cp = tl.kernels, tl.memcpy
+    k_comm = (kcls["category"] == "comm").to_numpy(dtype=bool) if len(k) else np.zeros(0, dtype=bool)
+    c_comm = (ccls["category"] == "comm").to_numpy(dtype=bool) if len(cp) else np.zeros(0, dtype=bool)
+    k_start, k_end = k["start"].to_numpy(), k["end"].to_numpy()
+    comm = iv.union(np.concatenate([k_start[k_comm], cp["start"].to_numpy()[c_comm]]),
+                    np.concatenate([k_end[k_comm], cp["end"].to_numpy()[c_comm]]))
+    return Activity(k_comm, c_comm, iv.union(*gpu_activity(tl)), iv.union(k_start[~k_comm], k_end[~k_comm]), comm)
