@@ -114,3 +114,14 @@ def test_missing_pipeline_config_is_named(tmp_path):
     report = api.analyze([SAMPLES / "clean_baseline"], {"pp": 4, "num_microbatches": None})
     assert any("num_microbatches" in w for w in report.warnings) or \
         report.run.config.get("num_microbatches") is not None
+
+
+def test_launch_statistics_flag_the_host_bound_run():
+    """Kernels shorter than the CPU's interval between launches: nearly all in the host-bound scenario,
+    a minority when the GPU has work queued."""
+    host_bound = api.analyze([SAMPLES / "host_bound"]).metrics["all"]
+    clean = api.analyze([SAMPLES / "clean_baseline"]).metrics["all"]
+    assert host_bound["host.short_kernel_fraction"] > 0.9 > 0.5 > clean["host.short_kernel_fraction"]
+    assert host_bound["host.launch_interval_us"] > host_bound["kernels.median_us"]
+    assert clean["host.launch_interval_us"] < clean["kernels.median_us"]
+    assert host_bound["host.launch_bound_ms"] > 10 * clean["host.launch_bound_ms"]

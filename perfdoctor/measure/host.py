@@ -142,3 +142,32 @@ def _inside(t: np.ndarray, tid: np.ndarray, spans: pd.DataFrame) -> np.ndarray:
         kk = np.maximum(k, 0)
         result[mine] = ok & (t[mine] < cover[1][kk])
     return result
+
+
+@dataclass(frozen=True)
+class LaunchStats:
+    """Kernel time against launch time: when kernels are shorter than the CPU's interval between
+    launches, the GPU drains its queue faster than Python fills it (a host-bound run)."""
+
+    kernel_us: float | None  # median kernel duration
+    launch_call_us: float | None  # median duration of the launch API call
+    launch_interval_us: float | None  # median time between consecutive launches on a thread
+    short_kernel_fraction: float | None  # kernels shorter than the interval to the next launch
+
+
+def launch_stats(tl: Timeline) -> LaunchStats:
+    k = tl.kernels
+    call_start, call_end, call_tid = launch_calls(k, tl.api)
+    ok = call_start >= 0
+    if ok.sum() < 2:
+        return LaunchStats(None, None, None, None)
+    duration = (k["end"].to_numpy() - k["start"].to_numpy())[ok]
+    start, tid = call_start[ok], call_tid[ok]
+    order = np.lexsort((start, tid))
+    interval = np.diff(start[order]).astype(np.float64)
+    same_thread = tid[order][1:] == tid[order][:-1]
+    interval, shorter = interval[same_thread], (duration[order][:-1] < interval)[same_thread]
+    if not interval.size:
+        return LaunchStats(float(np.median(duration)) / 1e3, None, None, None)
+    return LaunchStats(float(np.median(duration)) / 1e3, float(np.median(call_end[ok] - start)) / 1e3,
+                       float(np.median(interval)) / 1e3, float(shorter.mean()))

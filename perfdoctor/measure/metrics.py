@@ -15,7 +15,7 @@ import pandas as pd
 from perfdoctor.classify.groups import GROUPS, GroupLabels
 from perfdoctor.measure import intervals as iv
 from perfdoctor.measure.activity import Activity
-from perfdoctor.measure.host import CAUSES, host_gaps
+from perfdoctor.measure.host import CAUSES, host_gaps, launch_stats
 from perfdoctor.measure.kernel_mix import FAMILIES, UNFUSED_KINDS, kernel_mix
 from perfdoctor.measure.layernorm import blocked_norms
 from perfdoctor.measure.mfu import estimate
@@ -31,7 +31,8 @@ METRIC_KEYS: tuple[str, ...] = (
     "pipeline.bubble_ms", "pipeline.bubble_fraction", "pipeline.bubble_fraction_theory",
     "pipeline.warmup_cooldown_ms", "pipeline.steady_stall_ms",
     "host.idle_fraction", "host.launch_bound_ms", "host.sync_ms", "host.gc_ms", "host.data_ms", "host.other_ms",
-    "host.device_wait_ms",
+    "host.device_wait_ms", "host.launch_call_us", "host.launch_interval_us", "host.short_kernel_fraction",
+    "kernels.median_us",
     "ln.blocked_count", "ln.blocked_ms",
     "kernels.count_per_step", "kernels.gemm_fraction",
     "mfu", "memory.peak_allocated_bytes", "memory.peak_reserved_bytes",
@@ -81,6 +82,11 @@ def timeline_metrics(tl: Timeline, kcls: pd.DataFrame, act: Activity, steps: Ste
     for cause in CAUSES:
         out[f"host.{cause}_ms"] = _median(gaps.by_cause[cause]) / NS_PER_MS
     out["host.device_wait_ms"] = _median(gaps.device_wait) / NS_PER_MS
+    launches = launch_stats(tl)
+    out["kernels.median_us"] = launches.kernel_us
+    out["host.launch_call_us"] = launches.launch_call_us
+    out["host.launch_interval_us"] = launches.launch_interval_us
+    out["host.short_kernel_fraction"] = launches.short_kernel_fraction
     ln = blocked_norms(tl, kcls, steps)
     out["ln.blocked_count"] = _median(ln.count_per_step)
     out["ln.blocked_ms"] = _median(ln.ms_per_step)
