@@ -16,9 +16,6 @@ if TYPE_CHECKING:
     from perfdoctor.model import Timeline
 
 DOMAIN = "perfdoctor"
-CONFIG_KEYS = ("tp", "pp", "vpp", "cp", "dp", "ep", "num_microbatches", "micro_batch_size", "global_batch_size",
-               "seq_length", "hidden_size", "num_layers", "vocab_size", "sequence_parallel", "gpu")
-
 
 def parse_label(text: str) -> tuple[str, dict[str, str]]:
     """``"comm op=all_reduce group=dp"`` → ``("comm", {"op": "all_reduce", "group": "dp"})``."""

@@ -29,7 +29,6 @@ from perfdoctor.model import Timeline
 START_SLACK_NS = 20_000  # the norm starts right after the NCCL kernel ends
 MIN_DELAY_NS = 20_000  # shorter waits are launch latency, not blocking
 STREAM_WAIT_API = ("cudaStreamWaitEvent", "cuStreamWaitEvent")
-MARGIN_ENV = ("NVTE_FWD_LAYERNORM_SM_MARGIN", "NVTE_BWD_LAYERNORM_SM_MARGIN")
 
 
 @dataclass(frozen=True)
@@ -121,7 +120,3 @@ def _stream_wait_between(api: pd.DataFrame, tid: np.ndarray, lo: np.ndarray, hi:
         result[mine] = count > 0
     return result
 
-
-def sm_margins(env: dict[str, str]) -> dict[str, str | None]:
-    """The SM-margin variables as captured (``None`` = not set in the captured environment)."""
-    return {name: env.get(name) for name in MARGIN_ENV}
