@@ -17,6 +17,7 @@ from perfdoctor.measure.activity import activity
 from perfdoctor.measure.breakdown import activity_window, summarize
 from perfdoctor.measure.metrics import across_ranks, timeline_metrics
 from perfdoctor.measure.pipeline import theory
+from perfdoctor.measure.ranks import rank_metrics, rank_stages
 from perfdoctor.measure.steps import find_steps
 from perfdoctor.model import Report
 
@@ -36,7 +37,12 @@ def analyze(paths: list[Path | str], config: dict[str, Any] | None = None) -> Re
         device.groups = groups.summary(tl.kernels)
         devices.append(device)
         if steps is not None:
-            per_rank[str(tl.rank)] = timeline_metrics(tl, kcls, act, steps, groups, run.config)
+            per_rank[str(tl.rank)], device.evidence = timeline_metrics(tl, kcls, act, steps, groups, run.config)
+    stages = rank_stages(run)
+    for device in devices:
+        if (run.config.get("pp") or 1) > 1 and stages.get(str(device.rank)) is not None:
+            device.evidence["pipeline"] = {"stage": stages[str(device.rank)]}
+    metrics_all = across_ranks(per_rank) | rank_metrics(per_rank, stages)
     warnings = list(run.warnings)
     if (run.config.get("pp") or 1) > 1 and (missing := theory(run.config)[1]):
         flag = "--" + missing[0].replace("_", "-")
@@ -45,4 +51,4 @@ def analyze(paths: list[Path | str], config: dict[str, Any] | None = None) -> Re
         warnings.append("no step markers found (perfdoctor `step` or `ProfilerStep#N` ranges): "
                         "the whole capture window is treated as one step")
     return Report(tool_version=__version__, run=run, devices=devices,
-                  metrics={"all": across_ranks(per_rank), "ranks": per_rank}, warnings=warnings)
+                  metrics={"all": metrics_all, "ranks": per_rank}, warnings=warnings)

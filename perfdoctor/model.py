@@ -158,6 +158,9 @@ class DeviceSummary:
     # How each parallel group's comm kernels were labelled (DESIGN §4): per group, kernels, ns, and the
     # kernels/ns per label_source (nvtx | heuristic) and per confidence (high | medium | low).
     groups: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # What findings quote, per topic (ln, tp_overlap, attention, moe, unfused, mfu, comm, pipeline):
+    # kernel names, groups, environment values — see perfdoctor.measure.metrics.timeline_metrics.
+    evidence: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass

@@ -58,6 +58,7 @@ class KernelMix:
     family_ns: dict[str, np.ndarray]  # union of each family's kernels per step
     unfused_ns: dict[str, np.ndarray]  # per unfused kind; kinds never seen are absent
     unfused_total_ns: np.ndarray  # union over all unfused kernels (overlaps counted once)
+    unfused_names: dict[str, str]  # unfused kind -> one kernel name that shows it
     attention: str | None  # flash | cudnn | unfused | other
     attention_evidence: str | None
     moe_gemm: str | None  # grouped | per_expert
@@ -79,7 +80,8 @@ def kernel_mix(tl: Timeline, kcls: pd.DataFrame, steps: Steps) -> KernelMix:
     unfused_ns = {kind: per_step(unfused == kind) for kind in UNFUSED_KINDS if (unfused == kind).any()}
     attention, attention_evidence = _attention_impl(k, category, unfused, evidence)
     moe_gemm, moe_evidence, launches = _moe_gemms(k, category)
-    return KernelMix(families, unfused_ns, per_step(unfused != None), attention, attention_evidence,  # noqa: E711
+    return KernelMix(families, unfused_ns, per_step(unfused != None), evidence,  # noqa: E711
+                     attention, attention_evidence,
                      moe_gemm, moe_evidence, launches, _exposed_host_copies(tl, category, steps))
 
 

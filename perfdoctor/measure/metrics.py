@@ -15,17 +15,19 @@ import pandas as pd
 from perfdoctor.classify.groups import GROUPS, GroupLabels
 from perfdoctor.measure import intervals as iv
 from perfdoctor.measure.activity import Activity
+from perfdoctor.measure.comm_stats import comm_stats
 from perfdoctor.measure.host import CAUSES, host_gaps, launch_stats
 from perfdoctor.measure.kernel_mix import FAMILIES, UNFUSED_KINDS, kernel_mix
 from perfdoctor.measure.layernorm import blocked_norms
 from perfdoctor.measure.mfu import estimate
 from perfdoctor.measure.pipeline import bubbles, theory
+from perfdoctor.measure.ranks import RANK_METRIC_KEYS
 from perfdoctor.measure.steps import Steps
 from perfdoctor.measure.tp_overlap import serialized_overlap
 from perfdoctor.model import Timeline
 
 METRIC_KEYS: tuple[str, ...] = (
-    "step.time_ms", "step.time_p90_ms", "gpu.busy_fraction", "compute.fraction",
+    "step.time_ms", "step.time_p90_ms", "gpu.busy_fraction", "compute.fraction", "compute.time_ms",
     "comm.time_ms", "comm.exposed_ms", "comm.exposed_fraction",
     *(f"comm.{g}.{m}" for g in GROUPS for m in ("time_ms", "exposed_ms", "exposed_fraction")),
     "pipeline.bubble_ms", "pipeline.bubble_fraction", "pipeline.bubble_fraction_theory",
@@ -40,26 +42,33 @@ METRIC_KEYS: tuple[str, ...] = (
     *(f"kernels.{f}_fraction" for f in FAMILIES), "kernels.unfused_ms",
     *(f"kernels.unfused.{kind}_ms" for kind in UNFUSED_KINDS), "moe.expert_gemm_launches", "memcpy.exposed_ms",
     "tp.serialized_overlap_ms",
+    "comm.dp.kernels_per_step", "comm.dp.median_kernel_us", "comm.dp.fp32_fraction",
+    *RANK_METRIC_KEYS,
 )
+# Environment variables the evidence quotes: the knobs whose symptoms these measurements show.
+LN_MARGIN_ENV = ("NVTE_FWD_LAYERNORM_SM_MARGIN", "NVTE_BWD_LAYERNORM_SM_MARGIN")
+WORST_SHOWN = 3
 
 NS_PER_MS = 1e6
 
 
 def timeline_metrics(tl: Timeline, kcls: pd.DataFrame, act: Activity, steps: Steps,
-                     groups: GroupLabels, config: dict[str, Any]) -> dict[str, Any]:
-    """Metrics of one timeline that the measurements can support; the rest stay ``None``.
+                     groups: GroupLabels, config: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Metrics of one timeline that the measurements can support (the rest stay ``None``), and the
+    evidence behind them: per topic, the kernels, groups and environment values a finding quotes.
 
     Per-group communication metrics need group labels: without any (a plain capture, before the
     heuristics of the group classifier apply) they stay ``None`` rather than report zeros.
     """
     out: dict[str, Any] = dict.fromkeys(METRIC_KEYS)
+    evidence: dict[str, Any] = {}
     if not len(steps):
-        return out
+        return out, evidence
     durations = steps.durations.astype(np.float64)
     out["step.time_ms"] = float(np.median(durations)) / NS_PER_MS
     out["step.time_p90_ms"] = float(np.percentile(durations, 90)) / NS_PER_MS
     if tl.device_id is None:
-        return out  # CPU-only capture: nothing ran on a GPU
+        return out, evidence  # CPU-only capture: nothing ran on a GPU
 
     k = tl.kernels
     gemm = (kcls["category"] == "gemm").to_numpy()
@@ -70,7 +79,9 @@ def timeline_metrics(tl: Timeline, kcls: pd.DataFrame, act: Activity, steps: Ste
 
     safe = np.where(durations > 0, durations, np.nan)
     out["gpu.busy_fraction"] = _median(per_step(busy) / safe)
-    out["compute.fraction"] = _median(per_step(compute) / safe)
+    compute_ns = per_step(compute)
+    out["compute.fraction"] = _median(compute_ns / safe)
+    out["compute.time_ms"] = _median(compute_ns) / NS_PER_MS
     out["comm.time_ms"] = _median(per_step(comm)) / NS_PER_MS
     exposed = per_step(iv.subtract(comm, compute))
     out["comm.exposed_ms"] = _median(exposed) / NS_PER_MS
@@ -90,6 +101,7 @@ def timeline_metrics(tl: Timeline, kcls: pd.DataFrame, act: Activity, steps: Ste
     ln = blocked_norms(tl, kcls, steps)
     out["ln.blocked_count"] = _median(ln.count_per_step)
     out["ln.blocked_ms"] = _median(ln.ms_per_step)
+    evidence["ln"] = _ln_evidence(tl, ln, groups, out)
     exposed_by_group = {}
     if groups.any_labelled:
         for g in GROUPS:
@@ -100,6 +112,12 @@ def timeline_metrics(tl: Timeline, kcls: pd.DataFrame, act: Activity, steps: Ste
             out[f"comm.{g}.time_ms"] = _median(per_step(g_set)) / NS_PER_MS
             out[f"comm.{g}.exposed_ms"] = _median(g_exposed) / NS_PER_MS
             out[f"comm.{g}.exposed_fraction"] = _median(g_exposed / safe)
+        stats = comm_stats(k, kcls, groups, steps)
+        evidence["comm"] = {g: s.as_evidence() for g, s in stats.items()}
+        if "dp" in stats:
+            out["comm.dp.kernels_per_step"] = stats["dp"].kernels_per_step
+            out["comm.dp.median_kernel_us"] = stats["dp"].median_kernel_us
+            out["comm.dp.fp32_fraction"] = stats["dp"].fp32_fraction
     if (config.get("pp") or 1) > 1:
         out["pipeline.bubble_fraction_theory"] = theory(config)[0]
         if "pp" in exposed_by_group:
@@ -114,6 +132,9 @@ def timeline_metrics(tl: Timeline, kcls: pd.DataFrame, act: Activity, steps: Ste
     gpu_name = tl.gpu.name if tl.gpu else None
     mfu = estimate(config, gpu_name, out["step.time_ms"] if steps.source != "window" else None, tl.trace.env)
     out["mfu"], out["mfu.fp8"], out["model.tflops_per_gpu"] = mfu.mfu, mfu.mfu_fp8, mfu.tflops_per_gpu
+    evidence["mfu"] = {"gpu": gpu_name, "peak_bf16_tflops": mfu.peak_bf16_tflops,
+                       "peak_fp8_tflops": mfu.peak_fp8_tflops, "flops_per_step": mfu.flops_per_step,
+                       "assumed": list(mfu.assumptions), "unknown_because": mfu.reason}
     mix = kernel_mix(tl, kcls, steps)
     for family, ns in mix.family_ns.items():
         out[f"kernels.{family}_fraction"] = _median(ns / safe)
@@ -123,10 +144,38 @@ def timeline_metrics(tl: Timeline, kcls: pd.DataFrame, act: Activity, steps: Ste
     if mix.moe_gemm_launches is not None:
         out["moe.expert_gemm_launches"] = float(mix.moe_gemm_launches)
     out["memcpy.exposed_ms"] = _median(mix.memcpy_exposed_ns) / NS_PER_MS
+    evidence["attention"] = {"backend": mix.attention, "kernel": mix.attention_evidence}
+    if mix.moe_gemm is not None or mix.moe_gemm_launches is not None:
+        evidence["moe"] = {"expert_gemms": mix.moe_gemm, "expert_gemm_launches": mix.moe_gemm_launches,
+                           "grouped": mix.moe_gemm == "grouped", "kernel": mix.moe_evidence}
+    if mix.unfused_names:
+        evidence["unfused"] = dict(mix.unfused_names)
     tp_overlap = serialized_overlap(tl, kcls, steps)
     if tp_overlap.ms_per_step is not None:
         out["tp.serialized_overlap_ms"] = _median(tp_overlap.ms_per_step)
-    return out
+        evidence["tp_overlap"] = {"serialized_ms_per_step": out["tp.serialized_overlap_ms"],
+                                  "serialized_kernels": int(tp_overlap.index.size),
+                                  "overlap_comm_kernels": tp_overlap.comm_count,
+                                  "env": {"CUDA_DEVICE_MAX_CONNECTIONS": tp_overlap.connections}}
+    return out, evidence
+
+
+def _ln_evidence(tl: Timeline, ln: Any, groups: GroupLabels, out: dict[str, Any]) -> dict[str, Any]:
+    """Which NCCL group held the SMs the blocked norms waited for, the worst cases, and the margins set."""
+    names = tl.kernels["short_name"].to_numpy(dtype=object)
+    blocker_group = groups.group[ln.blocker] if ln.blocker.size else np.zeros(0, dtype=object)
+    labels = np.array([g if g is not None else "unlabelled" for g in blocker_group], dtype=object)
+    by_group = {str(g): int(c) for g, c in zip(*np.unique(labels.astype(str), return_counts=True))} \
+        if labels.size else {}
+    worst = np.argsort(ln.delay_ns)[::-1][:WORST_SHOWN]
+    return {
+        "blocked_count_per_step": out["ln.blocked_count"],
+        "blocked_ms_per_step": out["ln.blocked_ms"],
+        "by_group": by_group,
+        "worst": [{"kernel": str(names[ln.index[i]]), "delay_us": round(float(ln.delay_ns[i]) / 1e3, 1),
+                   "nccl_kernel": str(names[ln.blocker[i]]), "group": blocker_group[i]} for i in worst],
+        "env": {var: tl.trace.env.get(var) for var in LN_MARGIN_ENV},
+    }
 
 
 def across_ranks(per_rank: dict[str, dict[str, Any]]) -> dict[str, Any]:

@@ -45,7 +45,13 @@ def config_mark(sc: Scenario, gpu: GpuModel) -> dict[str, Any]:
         "seq_length": m["seq_length"],
         "hidden_size": m["hidden"],
         "num_layers": m["layers"],
+        "num_attention_heads": m["heads"],
+        "num_query_groups": m["kv_heads"],
+        "ffn_hidden_size": m["ffn_hidden"],
+        "swiglu": m["swiglu"],
         "vocab_size": m["vocab"],
+        **({"num_experts": m["moe_experts"], "moe_router_topk": m["moe_topk"],
+            "moe_ffn_hidden_size": m["moe_ffn_hidden"]} if m["moe_experts"] else {}),
         "sequence_parallel": p["sequence_parallel"] and p["tp"] > 1,
         "gpu": gpu.name,
     }
