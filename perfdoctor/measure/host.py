@@ -11,7 +11,7 @@ no launch call in the trace cannot be attributed and count as ``other``.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -42,6 +42,7 @@ class HostGaps:
     device_wait: np.ndarray
     idle: np.ndarray
     wait_intervals: iv.Intervals  # the device-side waits themselves (pipeline bubbles are made of them)
+    spans: dict[str, iv.Intervals] = field(default_factory=dict)  # the host-caused gaps by cause (timeline excerpt)
 
 
 def host_gaps(tl: Timeline, steps: Steps, busy: iv.Intervals) -> HostGaps:
@@ -87,7 +88,9 @@ def host_gaps(tl: Timeline, steps: Steps, busy: iv.Intervals) -> HostGaps:
                               minlength=n)
     idle = np.bincount(step_of, weights=length, minlength=n)
     waiting = ~host_caused & ~unknown
-    return HostGaps(by_cause, device_wait, idle, (g0[waiting], g1[waiting]))
+    spans = {c: (g0[sel], g1[sel]) for c in CAUSES
+             for sel in [host_caused & (cause == c) if c != "other" else unknown]}
+    return HostGaps(by_cause, device_wait, idle, (g0[waiting], g1[waiting]), spans)
 
 
 def _ops(tl: Timeline) -> pd.DataFrame:

@@ -1,0 +1,161 @@
+"""A timeline excerpt for the HTML report: one representative step, drawn per stream.
+
+A browser cannot draw millions of rectangles, and nobody can read them. The excerpt takes the step of
+median duration (the one that looks like the run, not an outlier) and turns its kernels into at most
+``max_rects`` rectangles per timeline: on each stream, consecutive kernels of the same category that
+are each narrower than one pixel at ``width_px`` are merged into one rectangle (with their count), and
+while the cap is exceeded the pixel is doubled. Highlights are the intervals a reader should see:
+exposed communication per group, host gaps by cause, device-side waits (pipeline bubbles when PP>1),
+and LayerNorm kernels blocked behind NCCL (from ready to start). Times are µs from the step start.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from perfdoctor.classify.groups import GROUPS, GroupLabels
+from perfdoctor.measure import intervals as iv
+from perfdoctor.measure.activity import Activity
+from perfdoctor.measure.host import CAUSES, host_gaps
+from perfdoctor.measure.layernorm import blocked_norms
+from perfdoctor.measure.steps import Steps
+from perfdoctor.model import Timeline
+
+WIDTH_PX = 1600  # the plot's drawing width the merge threshold is computed for
+MAX_RECTS = 4000  # per timeline, kernels after merging
+MAX_HIGHLIGHTS = 1500  # per timeline, all kinds together
+NS_PER_US = 1e3
+
+
+@dataclass
+class Excerpt:
+    """Rectangles and highlights of one step of one timeline (µs from ``step_start_ns``)."""
+
+    rank: int
+    step_index: int  # position of the step among the timeline's steps
+    step_count: int
+    step_start_ns: int
+    step_ms: float
+    kernels: int  # kernels of the step before merging
+    pixel_us: float  # merge threshold that was used
+    streams: list[int] = field(default_factory=list)
+    # one row per rectangle: stream, start_us, end_us, category, name (longest kernel), count
+    rects: list[dict[str, Any]] = field(default_factory=list)
+    # one row per highlight: kind (exposed_comm|host_gap|device_wait|bubble|ln_blocked), label, start_us,
+    # end_us, stream (None: the whole device)
+    highlights: list[dict[str, Any]] = field(default_factory=list)
+
+
+def representative_step(steps: Steps) -> int:
+    """Index of the step of median duration (the lower median for an even count)."""
+    order = np.argsort(steps.durations, kind="stable")
+    return int(order[(len(order) - 1) // 2])
+
+
+def excerpt(tl: Timeline, kcls: pd.DataFrame, act: Activity, steps: Steps, groups: GroupLabels,
+            config: dict[str, Any], width_px: int = WIDTH_PX, max_rects: int = MAX_RECTS) -> Excerpt | None:
+    """The excerpt of one timeline, or None when it has no kernels or no steps."""
+    if tl.device_id is None or not len(steps) or not len(tl.kernels):
+        return None
+    i = representative_step(steps)
+    lo, hi = int(steps.starts[i]), int(steps.ends[i])
+    one = Steps(np.array([lo], dtype=np.int64), np.array([hi], dtype=np.int64), steps.source)
+    k = tl.kernels
+    start, end = k["start"].to_numpy(), k["end"].to_numpy()
+    inside = np.flatnonzero((end > lo) & (start < hi))
+    out = Excerpt(rank=int(tl.rank or 0), step_index=i, step_count=len(steps), step_start_ns=lo,
+                  step_ms=(hi - lo) / 1e6, kernels=int(inside.size), pixel_us=0.0)
+    pixel = max((hi - lo) / width_px, 1.0)
+    category = kcls["category"].to_numpy(dtype=object)
+    names = k["short_name"].astype(object).to_numpy()
+    while True:
+        rects = _merge(start[inside], end[inside], k["stream"].to_numpy()[inside], category[inside],
+                       names[inside], pixel)
+        if len(rects["start"]) <= max_rects:
+            break
+        pixel *= 2
+    out.pixel_us = pixel / NS_PER_US
+    out.streams = sorted({int(s) for s in rects["stream"]})
+    out.rects = [{"stream": int(s), "start_us": _us(a, lo, hi), "end_us": _us(b, lo, hi), "category": str(c),
+                  "name": str(n), "count": int(m)}
+                 for s, a, b, c, n, m in zip(rects["stream"], rects["start"], rects["end"], rects["category"],
+                                             rects["name"], rects["count"])]
+    out.highlights = _highlights(tl, kcls, act, one, groups, config, pixel)[:MAX_HIGHLIGHTS]
+    return out
+
+
+def _merge(start: np.ndarray, end: np.ndarray, stream: np.ndarray, category: np.ndarray, name: np.ndarray,
+           pixel: float) -> dict[str, np.ndarray]:
+    """Merge runs of narrow same-category kernels on a stream whose gaps are below one pixel."""
+    order = np.lexsort((start, stream))
+    start, end, stream, category, name = start[order], end[order], stream[order], category[order], name[order]
+    n = start.size
+    if not n:
+        return {"stream": stream, "start": start, "end": end, "category": category, "name": name,
+                "count": np.zeros(0, dtype=np.int64)}
+    narrow = (end - start) < pixel
+    new = np.ones(n, dtype=bool)
+    new[1:] = ~((stream[1:] == stream[:-1]) & (category[1:] == category[:-1]) & narrow[1:] & narrow[:-1]
+                & (start[1:] - np.maximum.accumulate(end)[:-1] < pixel))
+    first = np.flatnonzero(new)
+    group = np.cumsum(new) - 1
+    ends = np.maximum.reduceat(end, first)
+    dur = end - start
+    # the longest kernel of each run names it
+    longest = np.lexsort((-dur, group))
+    head = longest[np.flatnonzero(np.r_[True, group[longest][1:] != group[longest][:-1]])]
+    return {"stream": stream[first], "start": start[first], "end": ends, "category": category[first],
+            "name": name[head], "count": np.diff(np.append(first, n))}
+
+
+def _highlights(tl: Timeline, kcls: pd.DataFrame, act: Activity, one: Steps, groups: GroupLabels,
+                config: dict[str, Any], pixel: float) -> list[dict[str, Any]]:
+    lo, hi = int(one.starts[0]), int(one.ends[0])
+    k = tl.kernels
+    start, end = k["start"].to_numpy(), k["end"].to_numpy()
+    rows: list[dict[str, Any]] = []
+
+    def add(kind: str, label: str, spans: iv.Intervals, stream: int | None = None) -> None:
+        s, e = _coarsen(iv.clip(spans, lo, hi), pixel)
+        rows.extend({"kind": kind, "label": label, "start_us": _us(a, lo, hi), "end_us": _us(b, lo, hi),
+                     "stream": stream} for a, b in zip(s, e))
+
+    window = (np.array([lo], dtype=np.int64), np.array([hi], dtype=np.int64))
+    compute = iv.intersect(act.compute, window)
+    if groups.any_labelled:
+        for g in GROUPS:
+            mine = groups.group == g
+            if mine.any():
+                add("exposed_comm", g, iv.subtract(iv.union(start[mine], end[mine]), compute))
+    else:
+        add("exposed_comm", "unlabelled", iv.subtract(iv.intersect(act.comm, window), compute))
+    gaps = host_gaps(tl, one, act.busy)
+    for cause in CAUSES:
+        spans = gaps.spans.get(cause, iv.EMPTY)
+        add("host_gap", cause, spans)
+    pp = (config.get("pp") or 1) > 1
+    add("bubble" if pp else "device_wait", "waiting on other ranks" if pp else "dependency / other rank",
+        gaps.wait_intervals)
+    ln = blocked_norms(tl, kcls, one)
+    for row, delay in zip(ln.index, ln.delay_ns):
+        s = np.array([start[row] - delay], dtype=np.int64)
+        add("ln_blocked", str(k["short_name"].iat[row]), (s, start[row:row + 1]), int(k["stream"].iat[row]))
+    return rows
+
+
+def _coarsen(spans: iv.Intervals, pixel: float) -> iv.Intervals:
+    """Join intervals closer than one pixel, so a highlight is drawn as few rectangles as it looks."""
+    s, e = spans
+    if s.size < 2:
+        return s, e
+    pad = int(pixel)
+    joined_s, joined_e = iv.union(s, e + pad)
+    return joined_s, joined_e - pad
+
+
+def _us(t: int, lo: int, hi: int) -> float:
+    return round((min(max(int(t), lo), hi) - lo) / NS_PER_US, 3)

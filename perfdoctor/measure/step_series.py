@@ -1,0 +1,44 @@
+"""Per-step series of the main metrics, so a comparison can tell a change from noise.
+
+The report's metrics are medians over steps; how much those medians move between two runs of the same
+configuration depends on how much the steps vary. ``perfdoctor diff`` estimates that noise from these
+series (DESIGN §5 metrics keep their names: ``step.time_ms``, ``comm.exposed_ms``,
+``comm.<g>.exposed_ms``, plus ``host.idle_ms``, the device-idle time inside the step).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from perfdoctor.classify.groups import GROUPS, GroupLabels
+from perfdoctor.measure import intervals as iv
+from perfdoctor.measure.activity import Activity
+from perfdoctor.measure.steps import Steps
+
+NS_PER_MS = 1e6
+
+
+def step_series(kernels: pd.DataFrame, act: Activity, steps: Steps, groups: GroupLabels) -> dict[str, list[float]]:
+    """Per step (in step order), ms of step time, exposed comm (all and per labelled group) and device idle."""
+    if not len(steps):
+        return {}
+
+    def per_step(s: iv.Intervals) -> list[float]:
+        ms = iv.overlap_per_interval(steps.starts, steps.ends, s).astype(np.float64) / NS_PER_MS
+        return [round(float(x), 6) for x in ms]
+
+    durations = steps.durations.astype(np.float64) / NS_PER_MS
+    out = {"step.time_ms": [round(float(x), 6) for x in durations]}
+    if not len(kernels):
+        return out
+    out["comm.exposed_ms"] = per_step(iv.subtract(act.comm, act.compute))
+    busy = np.asarray(per_step(act.busy))
+    out["host.idle_ms"] = [round(float(x), 6) for x in np.maximum(durations - busy, 0.0)]
+    if groups.any_labelled:
+        start, end = kernels["start"].to_numpy(), kernels["end"].to_numpy()
+        for g in GROUPS:
+            mine = groups.group == g
+            if mine.any():
+                out[f"comm.{g}.exposed_ms"] = per_step(iv.subtract(iv.union(start[mine], end[mine]), act.compute))
+    return out

@@ -1,0 +1,333 @@
+"""One self-contained HTML report: summary, breakdowns, a timeline excerpt, findings with snippets.
+
+The page is a jinja2 template (``templates/report.html.j2``, autoescape on) plus plotly figures given
+as JSON data blocks. Every user-controlled string (kernel names, NVTX text, paths, environment values)
+reaches the page either through autoescaped template text or inside a figure, where it is HTML-escaped
+before plotly sees it (plotly renders a subset of HTML in labels) and the JSON block itself has ``<``,
+``>`` and ``&`` written as ``\\u`` escapes so it can never close its ``<script>`` element.
+plotly.js is inlined by default (the file works offline); ``plotly_js="cdn"`` links it instead.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+from functools import lru_cache
+from typing import Any
+
+import jinja2
+
+from perfdoctor.model import Report
+from perfdoctor.render import summary as sm
+from perfdoctor.render.snippets import knob_snippets
+
+CATEGORY_COLORS = {"gemm": "#4C78A8", "attention": "#9D755D", "norm_persistent": "#B279A2", "norm": "#D6A5C9",
+                   "comm": "#E45756", "elementwise": "#72B7B2", "optimizer": "#54A24B", "memcpy": "#EECA3B",
+                   "memset": "#FF9DA6", "other": "#BAB0AC"}
+HIGHLIGHT_COLORS = {"exposed_comm": "#D62728", "host_gap": "#FF7F0E", "device_wait": "#7F7F7F",
+                    "bubble": "#9467BD", "ln_blocked": "#E377C2"}
+PART_COLORS = {"compute": "#4C78A8", "exposed DP": "#E45756", "exposed TP": "#F58518", "exposed CP": "#B279A2",
+               "exposed PP": "#9467BD", "exposed EP": "#8C564B", "exposed OTHER": "#FF9DA6",
+               "exposed comm (unlabelled)": "#D62728", "device idle": "#BAB0AC", "other": "#DDDDDD"}
+MAX_TIMELINES = 8  # excerpts drawn; more ranks are listed, not drawn
+PLOTLY_CDN = "https://cdn.plot.ly/plotly-{version}.min.js"
+
+
+def render_html(report: Report, plotly_js: str = "inline") -> str:
+    """The report page. ``plotly_js``: ``inline`` (offline, ~5 MB) or ``cdn`` (small, needs network)."""
+    if plotly_js not in ("inline", "cdn"):
+        raise ValueError(f"plotly_js must be 'inline' or 'cdn', not {plotly_js!r}")
+    figures: list[tuple[str, dict[str, Any]]] = []
+
+    def figure(fig: dict[str, Any] | None) -> str | None:
+        if fig is None:
+            return None
+        fig_id = f"fig{len(figures)}"
+        figures.append((fig_id, fig))
+        return fig_id
+
+    rank_keys = sm.ranks(report)
+    all_m = report.metrics.get("all", {})
+    context = {
+        "title": _title(report),
+        "report": report,
+        "all": all_m,
+        "headline": _headline(all_m),
+        "findings": [_finding_view(f) for f in sm.findings(report)],
+        "breakdown_fig": figure(_breakdown_figure(report, rank_keys)),
+        "timelines": [{"label": _device_label(report, i), "fig": figure(_timeline_figure(ex)), "excerpt": ex}
+                      for i, ex in enumerate(report.excerpts) if ex is not None][:MAX_TIMELINES],
+        "timelines_omitted": max(0, sum(ex is not None for ex in report.excerpts) - MAX_TIMELINES),
+        "comm_rows": _comm_rows(report),
+        "comm_evidence": sm.evidence(report, "comm"),
+        "pipeline_fig": figure(_pipeline_figure(report, rank_keys)),
+        "host_fig": figure(_host_figure(report, rank_keys)),
+        "ln_rows": _ln_rows(report, rank_keys),
+        "ln_evidence": sm.evidence(report, "ln"),
+        "mix_fig": figure(_mix_figure(report)),
+        "top_kernels": _top_kernels(report),
+        "memory_rows": _memory_rows(report, rank_keys),
+        "memory_fig": figure(_memory_figure(report)),
+        "heatmap_fig": figure(_heatmap_figure(report, rank_keys)) if len(rank_keys) > 1 else None,
+        "fmt": sm.fmt,
+        "plotly_inline": _plotly_js() if plotly_js == "inline" else None,
+        "plotly_src": PLOTLY_CDN.format(version=_plotly_version()) if plotly_js == "cdn" else None,
+    }
+    context["figures"] = [(fig_id, _script_json(fig)) for fig_id, fig in figures]
+    return _template().render(**context)
+
+
+@lru_cache(maxsize=1)
+def _template() -> jinja2.Template:
+    env = jinja2.Environment(loader=jinja2.PackageLoader("perfdoctor.render", "templates"),
+                             autoescape=True, trim_blocks=True, lstrip_blocks=True, undefined=jinja2.ChainableUndefined)
+    return env.get_template("report.html.j2")
+
+
+@lru_cache(maxsize=1)
+def _plotly_js() -> str:
+    from plotly.offline import get_plotlyjs
+
+    return get_plotlyjs().replace("</script", "<\\/script")
+
+
+def _plotly_version() -> str:
+    from plotly.offline.offline import get_plotlyjs_version
+
+    return get_plotlyjs_version()
+
+
+def _script_json(data: Any) -> str:
+    """JSON that is safe inside ``<script type="application/json">``: no ``<``, ``>``, ``&`` at all."""
+    text = json.dumps(data, separators=(",", ":"), allow_nan=False, default=float)
+    return (text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+            .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
+
+
+def _esc(text: Any) -> str:
+    """A label for plotly: it renders some HTML tags in text, so user strings go in as entities."""
+    return html.escape(str(text), quote=True)
+
+
+def _title(report: Report) -> str:
+    names = [t.path.name for t in report.run.traces]
+    return names[0] if len(names) == 1 else f"{len(names)} traces" if names else "no input"
+
+
+def _device_label(report: Report, i: int) -> str:
+    d = report.devices[i]
+    return d.label + (f" · {d.gpu_name}" if d.gpu_name else "")
+
+
+def _headline(m: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(label, value, note) cards of the summary."""
+    cards = [("step time", sm.fmt(m.get("step.time_ms"), "ms"),
+              f"p90 {sm.fmt(m.get('step.time_p90_ms'), 'ms')}" if m.get("step.time_p90_ms") else "median over steps"),
+             ("MFU", sm.fmt(m.get("mfu"), "%"), "model FLOPs / peak" if m.get("mfu") is not None
+              else "needs model config (--config)"),
+             ("GPU busy", sm.fmt(m.get("gpu.busy_fraction"), "%"), "of the step"),
+             ("exposed comm", sm.fmt(m.get("comm.exposed_ms"), "ms"),
+              f"{sm.fmt(m.get('comm.exposed_fraction'), '%')} of the step"),
+             ("device idle", sm.fmt(m.get("host.idle_fraction"), "%"), "of the step")]
+    return cards
+
+
+def _finding_view(f: dict[str, Any]) -> dict[str, Any]:
+    knobs = [k for k in f.get("knobs") or [] if isinstance(k, dict)]
+    url = f.get("guide_url")
+    safe_url = url if isinstance(url, str) and url.startswith(("https://", "http://")) else None
+    views = [{"knob": k, "label": sm.knob_label(k), "snippets": knob_snippets(k)} for k in knobs]
+    return {**f, "guide_url": safe_url, "knob_views": views,
+            "evidence_items": sorted((f.get("evidence") or {}).items()) if isinstance(f.get("evidence"), dict) else []}
+
+
+def _bar_layout(title: str, **extra: Any) -> dict[str, Any]:
+    layout = {"title": {"text": title, "font": {"size": 14}}, "barmode": "stack", "height": 320,
+              "margin": {"l": 80, "r": 20, "t": 40, "b": 40}, "legend": {"orientation": "h", "y": -0.2},
+}
+    layout.update(extra)
+    return layout
+
+
+def _breakdown_figure(report: Report, rank_keys: list[str]) -> dict[str, Any] | None:
+    rows = {r: dict(sm.breakdown(report.metrics["ranks"][r])) for r in rank_keys}
+    parts = [p for p in PART_COLORS if any(p in row for row in rows.values())]
+    if not parts:
+        return None
+    y = [f"rank {r}" for r in rank_keys]
+    data = [{"type": "bar", "orientation": "h", "name": p, "y": y,
+             "x": [round(rows[r].get(p, 0.0), 3) for r in rank_keys],
+             "marker": {"color": PART_COLORS[p]}, "hovertemplate": "%{y}: %{x:.2f} ms<extra>" + p + "</extra>"}
+            for p in parts]
+    return {"data": data, "layout": _bar_layout("step time by part (ms per step, median over steps)",
+                                               height=max(220, 60 + 28 * len(y)), xaxis={"title": {"text": "ms"}},
+                                               yaxis={"autorange": "reversed"})}
+
+
+def _timeline_figure(ex: Any) -> dict[str, Any]:
+    """Kernels per stream as horizontal bars (one trace per category), highlights as extra rows."""
+    rows: list[str] = [f"stream {s}" for s in ex.streams]
+    data: list[dict[str, Any]] = []
+    by_cat: dict[str, list[dict[str, Any]]] = {}
+    for r in ex.rects:
+        by_cat.setdefault(r["category"], []).append(r)
+    for cat in sorted(by_cat):
+        rs = by_cat[cat]
+        data.append({"type": "bar", "orientation": "h", "name": cat, "legendgroup": "kernels",
+                     "base": [r["start_us"] for r in rs], "x": [round(r["end_us"] - r["start_us"], 3) for r in rs],
+                     "y": [f"stream {r['stream']}" for r in rs], "width": 0.8,
+                     "marker": {"color": CATEGORY_COLORS.get(cat, "#BAB0AC"), "line": {"width": 0}},
+                     "hovertext": [_esc(r["name"]) + (f" (+{r['count'] - 1} merged)" if r["count"] > 1 else "")
+                                   for r in rs],
+                     "hovertemplate": "%{hovertext}<br>%{base:.1f} µs + %{x:.1f} µs<extra>" + _esc(cat) + "</extra>"})
+    hl: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for h in ex.highlights:
+        hl.setdefault((h["kind"], h["label"] if h["kind"] != "ln_blocked" else "LN blocked"), []).append(h)
+    for (kind, label), hs in sorted(hl.items()):
+        row = {"exposed_comm": f"exposed {label.upper()}", "host_gap": f"host gap: {label}",
+               "device_wait": "device wait", "bubble": "pipeline bubble", "ln_blocked": "LN blocked by NCCL"}[kind]
+        rows.append(row)
+        data.append({"type": "bar", "orientation": "h", "name": row, "legendgroup": "highlights",
+                     "base": [h["start_us"] for h in hs], "x": [round(h["end_us"] - h["start_us"], 3) for h in hs],
+                     "y": [row] * len(hs), "width": 0.6,
+                     "marker": {"color": HIGHLIGHT_COLORS[kind], "line": {"width": 0}},
+                     "hovertext": [_esc(h["label"]) for h in hs],
+                     "hovertemplate": "%{hovertext}<br>%{base:.1f} µs + %{x:.1f} µs<extra></extra>"})
+    title = (f"step {ex.step_index + 1} of {ex.step_count} (median duration, {ex.step_ms:,.2f} ms): "
+             f"{ex.kernels:,} kernels drawn as {len(ex.rects):,} bars")
+    return {"data": data, "layout": {
+        "title": {"text": _esc(title), "font": {"size": 13}}, "barmode": "overlay",
+        "height": max(300, 90 + 30 * len(rows)), "margin": {"l": 150, "r": 20, "t": 40, "b": 40},
+        "xaxis": {"title": {"text": "µs from step start"}, "range": [0, round(ex.step_ms * 1e3, 3)]},
+        "yaxis": {"categoryorder": "array", "categoryarray": rows[::-1], "type": "category"},
+        "legend": {"tracegroupgap": 12}, "bargap": 0.1}}
+
+
+def _comm_rows(report: Report) -> list[dict[str, Any]]:
+    rows = []
+    for r in sm.ranks(report):
+        m = report.metrics["ranks"][r]
+        groups = next((d.groups for d in report.devices if str(d.rank) == r), {})
+        for g in sm.GROUPS:
+            if not m.get(f"comm.{g}.time_ms"):
+                continue
+            info = groups.get(g) or {}
+            src = max(info.get("label_source", {}).items(), key=lambda kv: kv[1]["ns"], default=("–", None))[0]
+            conf = max(info.get("confidence", {}).items(), key=lambda kv: kv[1]["ns"], default=("–", None))[0]
+            rows.append({"rank": r, "group": g.upper(), "time": m.get(f"comm.{g}.time_ms"),
+                         "exposed": m.get(f"comm.{g}.exposed_ms"), "fraction": m.get(f"comm.{g}.exposed_fraction"),
+                         "kernels": info.get("kernels"), "source": src, "confidence": conf})
+    return rows
+
+
+def _pipeline_figure(report: Report, rank_keys: list[str]) -> dict[str, Any] | None:
+    ms = report.metrics["ranks"]
+    have = [r for r in rank_keys if ms[r].get("pipeline.bubble_fraction") is not None]
+    if not have:
+        return None
+    stages = {str(rank): ev.get("stage") for rank, ev in sm.evidence(report, "pipeline")}
+    x = [f"rank {r}" + (f" (stage {stages[r]})" if stages.get(r) is not None else "") for r in have]
+    data = [{"type": "bar", "name": "measured bubble", "x": x,
+             "y": [round(100 * ms[r]["pipeline.bubble_fraction"], 2) for r in have], "marker": {"color": "#9467BD"}},
+            {"type": "bar", "name": "warm-up + cool-down", "x": x,
+             "y": [round(100 * (ms[r].get("pipeline.warmup_cooldown_ms") or 0) / ms[r]["step.time_ms"], 2)
+                   for r in have], "marker": {"color": "#C5B0D5"}}]
+    theory = [ms[r].get("pipeline.bubble_fraction_theory") for r in have]
+    if any(t is not None for t in theory):
+        data.append({"type": "scatter", "mode": "lines+markers", "name": "theory (p−1)/(v·m+p−1)", "x": x,
+                     "y": [None if t is None else round(100 * t, 2) for t in theory], "line": {"color": "#000"}})
+    return {"data": data, "layout": _bar_layout("pipeline bubble per stage (% of step)", barmode="group",
+                                               yaxis={"title": {"text": "% of step"}})}
+
+
+def _host_figure(report: Report, rank_keys: list[str]) -> dict[str, Any] | None:
+    ms = report.metrics["ranks"]
+    causes = [(c, label) for c, label in sm.HOST_CAUSES if any(ms[r].get(f"host.{c}_ms") for r in rank_keys)]
+    if not causes:
+        return None
+    y = [f"rank {r}" for r in rank_keys]
+    data = [{"type": "bar", "orientation": "h", "name": label, "y": y,
+             "x": [round(ms[r].get(f"host.{c}_ms") or 0.0, 3) for r in rank_keys]} for c, label in causes]
+    return {"data": data, "layout": _bar_layout("device idle inside the step, by cause (ms per step)",
+                                               height=max(220, 60 + 28 * len(y)), yaxis={"autorange": "reversed"})}
+
+
+def _ln_rows(report: Report, rank_keys: list[str]) -> list[dict[str, Any]]:
+    ms = report.metrics["ranks"]
+    return [{"rank": r, "count": ms[r].get("ln.blocked_count"), "ms": ms[r].get("ln.blocked_ms")}
+            for r in rank_keys if ms[r].get("ln.blocked_count")]
+
+
+def _mix_figure(report: Report) -> dict[str, Any] | None:
+    totals: dict[str, int] = {}
+    for d in report.devices:
+        for cat, ns in d.category_ns.items():
+            totals[cat] = totals.get(cat, 0) + ns
+    if not totals:
+        return None
+    cats = sorted(totals, key=lambda c: -totals[c])
+    return {"data": [{"type": "bar", "x": cats, "y": [round(totals[c] / 1e6, 3) for c in cats],
+                      "marker": {"color": [CATEGORY_COLORS.get(c, "#BAB0AC") for c in cats]},
+                      "hovertemplate": "%{x}: %{y:.2f} ms<extra></extra>"}],
+            "layout": _bar_layout("kernel time by category, all devices (ms, sum of kernel durations)",
+                                  showlegend=False)}
+
+
+def _top_kernels(report: Report) -> list[dict[str, Any]]:
+    merged: dict[tuple[str, str], dict[str, Any]] = {}
+    for d in report.devices:
+        for k in d.top_kernels:
+            row = merged.setdefault((k["name"], k["category"]), {"name": k["name"], "category": k["category"],
+                                                                  "count": 0, "ns": 0})
+            row["count"] += k["count"]
+            row["ns"] += k["ns"]
+    return sorted(merged.values(), key=lambda r: -r["ns"])[:15]
+
+
+def _memory_rows(report: Report, rank_keys: list[str]) -> list[dict[str, Any]]:
+    ms = report.metrics["ranks"]
+    return [{"rank": r, "allocated": ms[r].get("memory.peak_allocated_bytes"),
+             "reserved": ms[r].get("memory.peak_reserved_bytes")}
+            for r in rank_keys if ms[r].get("memory.peak_reserved_bytes") is not None
+            or ms[r].get("memory.peak_allocated_bytes") is not None]
+
+
+def _memory_figure(report: Report) -> dict[str, Any] | None:
+    data = []
+    for rank, ev in sm.evidence(report, "memory"):
+        series = ev.get("series") if isinstance(ev.get("series"), dict) else None
+        if not series or not series.get("t_us"):
+            continue
+        for key, dash in (("allocated", "solid"), ("reserved", "dot")):
+            if series.get(key):
+                data.append({"type": "scatter", "mode": "lines", "name": f"rank {rank} {key}",
+                             "x": series["t_us"], "y": [v / 2**30 for v in series[key]], "line": {"dash": dash}})
+    if not data:
+        return None
+    return {"data": data, "layout": _bar_layout("memory over the capture (GiB)", xaxis={"title": {"text": "µs"}})}
+
+
+def _heatmap_figure(report: Report, rank_keys: list[str]) -> dict[str, Any] | None:
+    """Ranks × metrics; colour = deviation from the median over ranks, text = the value."""
+    ms = report.metrics["ranks"]
+    cols = [(k, label, unit) for k, label, unit in sm.RANK_METRICS if any(ms[r].get(k) is not None for r in rank_keys)]
+    if not cols:
+        return None
+    z, text = [], []
+    for r in rank_keys:
+        z_row, t_row = [], []
+        for k, _, unit in cols:
+            v = ms[r].get(k)
+            med = report.metrics["all"].get(k)
+            z_row.append(None if v is None or not med else round((v - med) / abs(med), 4))
+            t_row.append(sm.fmt(v, unit))
+        z.append(z_row)
+        text.append(t_row)
+    return {"data": [{"type": "heatmap", "z": z, "text": text, "texttemplate": "%{text}", "x": [c[1] for c in cols],
+                      "y": [f"rank {r}" for r in rank_keys], "colorscale": "RdBu", "reversescale": True,
+                      "zmid": 0, "colorbar": {"title": {"text": "vs median"}, "tickformat": ".0%"},
+                      "hovertemplate": "%{y} · %{x}: %{text}<extra></extra>"}],
+            "layout": {"title": {"text": "per-rank metrics (colour: deviation from the median rank)",
+                                 "font": {"size": 14}},
+                       "height": max(240, 80 + 26 * len(rank_keys)), "margin": {"l": 80, "r": 20, "t": 40, "b": 60},
+                       "yaxis": {"autorange": "reversed"}}}
