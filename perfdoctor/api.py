@@ -6,27 +6,36 @@ nothing here formats output.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from perfdoctor import __version__
 from perfdoctor.classify.groups import label_groups
 from perfdoctor.classify.timeline import copy_classes, kernel_classes
+from perfdoctor.diff import Diff, compare, read_report
 from perfdoctor.load.run import load_run
 from perfdoctor.measure.activity import activity
 from perfdoctor.measure.breakdown import activity_window, summarize
+from perfdoctor.measure.excerpt import excerpt
 from perfdoctor.measure.metrics import across_ranks, timeline_metrics
 from perfdoctor.measure.pipeline import theory
 from perfdoctor.measure.ranks import rank_metrics, rank_stages
+from perfdoctor.measure.step_series import step_series
 from perfdoctor.measure.steps import find_steps
 from perfdoctor.model import Report
 
 
-def analyze(paths: list[Path | str], config: dict[str, Any] | None = None) -> Report:
-    """Analyse trace files or run directories into one Report."""
+def analyze(paths: list[Path | str], config: dict[str, Any] | None = None,
+            progress: Callable[[int, int, str], None] | None = None) -> Report:
+    """Analyse trace files or run directories into one Report; ``progress(done, total, what)`` is
+    called as each timeline is analysed (the CLI's progress bar)."""
     run = load_run([Path(p) for p in paths], config)
     devices, per_rank = [], {}
-    for tl in run.timelines:
+    series, excerpts = {}, []
+    for done, tl in enumerate(run.timelines):
+        if progress is not None:
+            progress(done, len(run.timelines), f"analysing {tl.label}")
         kcls = kernel_classes(tl.kernels)
         ccls = copy_classes(tl.memcpy)
         groups = label_groups(tl, kcls, run.config)
@@ -36,6 +45,9 @@ def analyze(paths: list[Path | str], config: dict[str, Any] | None = None) -> Re
         device = summarize(tl, kcls, ccls, act, steps)
         device.groups = groups.summary(tl.kernels)
         devices.append(device)
+        excerpts.append(excerpt(tl, kcls, act, steps, groups, run.config) if steps is not None else None)
+        if steps is not None:
+            series[str(tl.rank)] = step_series(tl.kernels, act, steps, groups)
         if steps is not None:
             per_rank[str(tl.rank)], device.evidence = timeline_metrics(tl, kcls, act, steps, groups, run.config)
     stages = rank_stages(run)
@@ -51,4 +63,16 @@ def analyze(paths: list[Path | str], config: dict[str, Any] | None = None) -> Re
         warnings.append("no step markers found (perfdoctor `step` or `ProfilerStep#N` ranges): "
                         "the whole capture window is treated as one step")
     return Report(tool_version=__version__, run=run, devices=devices,
-                  metrics={"all": metrics_all, "ranks": per_rank}, warnings=warnings)
+                  metrics={"all": metrics_all, "ranks": per_rank}, warnings=warnings, series=series, excerpts=excerpts)
+
+
+def diff(base: Path | str, head: Path | str, config: dict[str, Any] | None = None) -> Diff:
+    """Compare two runs (each a trace, a run directory or a saved JSON report): BASE → HEAD."""
+    from perfdoctor.render.json import report_dict
+
+    def side(path: Path) -> dict[str, Any]:
+        saved = read_report(path)
+        return saved if saved is not None else report_dict(analyze([path], config))
+
+    return compare(side(Path(base)), side(Path(head)), str(base), str(head))
+

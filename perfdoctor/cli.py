@@ -33,6 +33,23 @@ class OutputFormat(str, Enum):
     json = "json"
 
 
+class PlotlyJs(str, Enum):
+    inline = "inline"
+    cdn = "cdn"
+
+
+class FailOn(str, Enum):
+    high = "high"
+    medium = "medium"
+    low = "low"
+
+
+class DiffFormat(str, Enum):
+    terminal = "terminal"
+    json = "json"
+    markdown = "markdown"
+
+
 def _version(value: bool) -> None:
     if value:
         typer.echo(f"perfdoctor {__version__}")
@@ -60,12 +77,22 @@ def analyze(
     dp: Annotated[Optional[int], typer.Option(help="Data-parallel size.")] = None,
     ep: Annotated[Optional[int], typer.Option(help="Expert-parallel size.")] = None,
     num_microbatches: Annotated[Optional[int], typer.Option(help="Micro-batches per step.")] = None,
+    html: Annotated[Optional[Path], typer.Option("--html", help="Also write a self-contained HTML report.")] = None,
+    markdown: Annotated[Optional[Path], typer.Option("--markdown", help="Also write a Markdown report (PR comment).")]
+        = None,
+    plotly_js: Annotated[PlotlyJs, typer.Option("--plotly-js", help="HTML: inline plotly.js (offline) or a CDN link.")]
+        = PlotlyJs.inline,
+    fail_on: Annotated[Optional[FailOn], typer.Option("--fail-on", help="Exit 1 when a finding has this severity or "
+                                                      "higher (CI gating).")] = None,
 ) -> None:
     """Measure where each GPU's time goes and print the breakdown."""
     from perfdoctor import api
+    from perfdoctor.render.terminal import analysis_progress
 
     config = {"tp": tp, "pp": pp, "vpp": vpp, "cp": cp, "dp": dp, "ep": ep, "num_microbatches": num_microbatches}
-    report = api.analyze(paths, {k: v for k, v in config.items() if v is not None})
+    with analysis_progress() as progress:
+        report = api.analyze(paths, {k: v for k, v in config.items() if v is not None}, progress=progress)
+    _write_reports(report, html, markdown, plotly_js.value)
     if output_format is OutputFormat.json:
         from perfdoctor.render.json import render_json
 
@@ -80,6 +107,67 @@ def analyze(
         else:
             with _open_output(output) as fh:
                 render_terminal(report, Console(file=fh, width=120, no_color=True))
+    if fail_on is not None:
+        failing = _failing_findings(report.findings, fail_on.value)
+        if failing:
+            sys.stderr.write(f"perfdoctor: {len(failing)} finding(s) at or above --fail-on {fail_on.value}: "
+                             f"{', '.join(failing)}\n")
+            raise typer.Exit(1)
+
+
+@app.command()
+def diff(
+    base: Annotated[Path, typer.Argument(help="Base run: a trace, a run directory, or a JSON report.")],
+    head: Annotated[Path, typer.Argument(help="Head run (the change under review), same kinds as BASE.")],
+    output_format: Annotated[DiffFormat, typer.Option("--format", "-f", help="Output format.")] = DiffFormat.terminal,
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write to FILE instead of stdout.")] = None,
+    html: Annotated[Optional[Path], typer.Option("--html", help="Also write the diff as a self-contained HTML page.")]
+        = None,
+    markdown: Annotated[Optional[Path], typer.Option("--markdown", help="Also write the diff as Markdown.")] = None,
+    plotly_js: Annotated[PlotlyJs, typer.Option("--plotly-js", help="HTML: inline plotly.js or link the CDN.")]
+        = PlotlyJs.inline,
+    fail_on_regression: Annotated[Optional[float], typer.Option(
+        "--fail-on-regression", metavar="PCT",
+        help="Exit 1 when the median step time grew by more than PCT %, beyond noise.")] = None,
+) -> None:
+    """Compare two runs: per-metric deltas against noise, new / resolved / changed findings."""
+    from perfdoctor import api
+
+    if fail_on_regression is not None and fail_on_regression < 0:
+        raise UsageError("--fail-on-regression must be a percentage >= 0")
+    d = api.diff(base, head)
+    if html is not None:
+        from perfdoctor.render.diff_html import render_diff_html
+
+        _emit(render_diff_html(d, plotly_js.value), html)
+    if markdown is not None:
+        from perfdoctor.render.diff_markdown import render_diff_markdown
+
+        _emit(render_diff_markdown(d), markdown)
+    if output_format is DiffFormat.json:
+        import json
+
+        from perfdoctor.diff import diff_dict
+
+        _emit(json.dumps(diff_dict(d), indent=2) + "\n", output)
+    elif output_format is DiffFormat.markdown:
+        from perfdoctor.render.diff_markdown import render_diff_markdown
+
+        _emit(render_diff_markdown(d), output)
+    else:
+        from rich.console import Console
+
+        from perfdoctor.render.diff_terminal import render_diff_terminal
+
+        if output is None:
+            render_diff_terminal(d, Console())
+        else:
+            with _open_output(output) as fh:
+                render_diff_terminal(d, Console(file=fh, width=120, no_color=True), show_all=True)
+    if fail_on_regression is not None and d.step_regression_pct > fail_on_regression:
+        sys.stderr.write(f"perfdoctor: step time regressed by {d.step_regression_pct:.1f} % "
+                         f"(> --fail-on-regression {fail_on_regression:g})\n")
+        raise typer.Exit(1)
 
 
 @app.command()
@@ -94,6 +182,26 @@ def synth(
 
     for path in run_scenario(scenario, out, seed=seed, schema=schema):
         typer.echo(str(path))
+
+
+SEVERITY_RANK = {"high": 3, "medium": 2, "low": 1, "info": 0}
+
+
+def _failing_findings(findings: list[dict], level: str) -> list[str]:
+    """Rule ids of findings at or above ``level`` (DESIGN §5 exit code 1)."""
+    floor = SEVERITY_RANK[level]
+    return [str(f.get("rule")) for f in findings if SEVERITY_RANK.get(str(f.get("severity")), 0) >= floor]
+
+
+def _write_reports(report, html: Path | None, markdown: Path | None, plotly_js: str) -> None:
+    if html is not None:
+        from perfdoctor.render.html import render_html
+
+        _emit(render_html(report, plotly_js=plotly_js), html)
+    if markdown is not None:
+        from perfdoctor.render.markdown import render_markdown
+
+        _emit(render_markdown(report), markdown)
 
 
 def _open_output(path: Path):

@@ -173,3 +173,9 @@ class Report:
     metrics: dict[str, dict[str, Any]]  # {"all": {...}, "ranks": {"0": {...}}}
     findings: list[dict[str, Any]] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    # Per rank, per-step series of the main metrics (perfdoctor.measure.step_series): the noise estimate
+    # of ``perfdoctor diff``. JSON: ``series``.
+    series: dict[str, dict[str, list[float]]] = field(default_factory=dict)
+    # Per device (aligned with ``devices``), the representative step drawn per stream for the HTML
+    # timeline (perfdoctor.measure.excerpt.Excerpt, or None); not part of the JSON report.
+    excerpts: list[Any] = field(default_factory=list)

@@ -70,34 +70,38 @@ def render_html(report: Report, plotly_js: str = "inline") -> str:
         "memory_fig": figure(_memory_figure(report)),
         "heatmap_fig": figure(_heatmap_figure(report, rank_keys)) if len(rank_keys) > 1 else None,
         "fmt": sm.fmt,
-        "plotly_inline": _plotly_js() if plotly_js == "inline" else None,
-        "plotly_src": PLOTLY_CDN.format(version=_plotly_version()) if plotly_js == "cdn" else None,
+        "plotly_inline": plotly_js_inline() if plotly_js == "inline" else None,
+        "plotly_src": PLOTLY_CDN.format(version=plotly_version()) if plotly_js == "cdn" else None,
     }
-    context["figures"] = [(fig_id, _script_json(fig)) for fig_id, fig in figures]
+    context["figures"] = [(fig_id, script_json(fig)) for fig_id, fig in figures]
     return _template().render(**context)
 
 
 @lru_cache(maxsize=1)
+def environment() -> jinja2.Environment:
+    """The template environment of the HTML pages: autoescape on for every template."""
+    return jinja2.Environment(loader=jinja2.PackageLoader("perfdoctor.render", "templates"), autoescape=True,
+                              trim_blocks=True, lstrip_blocks=True, undefined=jinja2.ChainableUndefined)
+
+
 def _template() -> jinja2.Template:
-    env = jinja2.Environment(loader=jinja2.PackageLoader("perfdoctor.render", "templates"),
-                             autoescape=True, trim_blocks=True, lstrip_blocks=True, undefined=jinja2.ChainableUndefined)
-    return env.get_template("report.html.j2")
+    return environment().get_template("report.html.j2")
 
 
 @lru_cache(maxsize=1)
-def _plotly_js() -> str:
+def plotly_js_inline() -> str:
     from plotly.offline import get_plotlyjs
 
     return get_plotlyjs().replace("</script", "<\\/script")
 
 
-def _plotly_version() -> str:
+def plotly_version() -> str:
     from plotly.offline.offline import get_plotlyjs_version
 
     return get_plotlyjs_version()
 
 
-def _script_json(data: Any) -> str:
+def script_json(data: Any) -> str:
     """JSON that is safe inside ``<script type="application/json">``: no ``<``, ``>``, ``&`` at all."""
     text = json.dumps(data, separators=(",", ":"), allow_nan=False, default=float)
     return (text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")

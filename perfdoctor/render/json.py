@@ -54,6 +54,7 @@ def report_dict(report: Report) -> dict[str, Any]:
         "devices": [asdict(d) for d in report.devices],
         "findings": report.findings,
         "warnings": report.warnings,
+        "series": report.series,
     }
 
 

@@ -6,14 +6,36 @@ never interprets them as markup (kernel names are full of ``[lambda ...]``).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
 from rich.console import Console, Group
 from rich.panel import Panel
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
 from perfdoctor.model import DeviceSummary, Report
 
 NS_PER_MS = 1e6
+
+
+@contextmanager
+def analysis_progress(console: Console | None = None) -> Iterator[Callable[[int, int, str], None] | None]:
+    """A transient progress bar on stderr for ``api.analyze(progress=...)``; None (no bar) when stderr
+    is not a terminal, so logs and CI output stay clean. rich honours ``NO_COLOR`` and the width."""
+    console = console or Console(stderr=True)
+    if not console.is_terminal:
+        yield None
+        return
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=True) as bar:
+        task = bar.add_task("loading traces", total=None)
+
+        def update(done: int, total: int, what: str) -> None:
+            bar.update(task, completed=done, total=total, description=what)
+
+        yield update
 
 
 def render_terminal(report: Report, console: Console) -> None:

@@ -1,0 +1,218 @@
+"""Compare two analyses (BASE → HEAD): metric deltas judged against noise, and what changed in findings.
+
+Both sides are JSON report dicts (DESIGN §5), made from traces by ``api.diff`` or read from saved
+reports. A metric delta is *significant* only when it exceeds ``K`` times the noise of the two medians
+and an absolute and relative floor: the noise is the standard error of the median of the per-step
+series in the report's ``series`` (1.2533·σ/√n per rank, median over ranks, the two sides added in
+quadrature), so step-to-step jitter of a run is never called a regression. Fractions of the step
+borrow the noise of their ms counterpart divided by the step time; metrics without any series are
+judged by the floors alone.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from perfdoctor.errors import InputError
+
+K = 3.0  # noise multiples a delta must exceed
+REL_FLOOR = 0.02  # of the larger of the two values
+ABS_FLOOR = {"ms": 0.05, "fraction": 0.005, "us": 1.0, "bytes": float(2**20), "count": 0.5}
+# Direction of "worse" per metric family (prefix match); others are just "changed".
+WORSE_IF_HIGHER = re.compile(r"^(step\.time|comm\.(\w+\.)?exposed|host\.|pipeline\.(bubble_ms|bubble_fraction$|warmup"
+                             r"|steady|stage_imbalance)|ln\.|kernels\.unfused|memcpy\.exposed|tp\.serialized"
+                             r"|ranks\.step_time_spread)")
+BETTER_IF_HIGHER = re.compile(r"^(mfu|model\.tflops|gpu\.busy)")
+NOT_COMPARED = ("ranks.slowest", "pipeline.bubble_fraction_theory")
+
+
+@dataclass(frozen=True)
+class MetricDelta:
+    key: str
+    base: float
+    head: float
+    noise: float | None  # standard error of the difference, when per-step series give one
+    threshold: float  # |delta| must exceed this to be significant
+    significant: bool
+    verdict: str  # worse | better | changed | same
+
+    @property
+    def delta(self) -> float:
+        return self.head - self.base
+
+    @property
+    def relative(self) -> float | None:
+        return self.delta / abs(self.base) if self.base else None
+
+
+@dataclass
+class Diff:
+    base_label: str
+    head_label: str
+    step: MetricDelta | None
+    metrics: list[MetricDelta]
+    new_findings: list[dict[str, Any]] = field(default_factory=list)
+    resolved_findings: list[dict[str, Any]] = field(default_factory=list)
+    changed_findings: list[tuple[dict[str, Any], dict[str, Any]]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    base_all: dict[str, Any] = field(default_factory=dict)  # metrics.all of each side, for charts
+    head_all: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def step_regression_pct(self) -> float:
+        """Significant increase of the median step time, in % of the base; 0 when none."""
+        s = self.step
+        if s is None or not s.significant or s.delta <= 0 or not s.base:
+            return 0.0
+        return 100.0 * s.delta / s.base
+
+    @property
+    def significant(self) -> list[MetricDelta]:
+        return [m for m in self.metrics if m.significant]
+
+
+def compare(base: dict[str, Any], head: dict[str, Any], base_label: str = "base", head_label: str = "head") -> Diff:
+    """The diff of two JSON report dicts."""
+    b_all, h_all = base.get("metrics", {}).get("all", {}), head.get("metrics", {}).get("all", {})
+    b_noise, h_noise = _noise(base), _noise(head)
+    step_b, step_h = b_all.get("step.time_ms"), h_all.get("step.time_ms")
+    deltas = []
+    for key in sorted(set(b_all) | set(h_all)):
+        b, h = b_all.get(key), h_all.get(key)
+        if key in NOT_COMPARED or not _number(b) or not _number(h):
+            continue
+        noise = _combined(_metric_noise(key, b_noise, step_b), _metric_noise(key, h_noise, step_h))
+        deltas.append(_delta(key, float(b), float(h), noise))
+    notes = []
+    for label, rep in ((base_label, base), (head_label, head)):
+        counts = rep.get("steps", {}).get("count")
+        if counts is not None and counts < 2:
+            notes.append(f"{label} has {counts} step(s): no noise estimate from step variance, floors only")
+    if base.get("run", {}).get("config") != head.get("run", {}).get("config"):
+        notes.append("the two runs have different parallel/model configurations")
+    diff = Diff(base_label, head_label, next((d for d in deltas if d.key == "step.time_ms"), None), deltas,
+                notes=notes, base_all=b_all, head_all=h_all)
+    _compare_findings(diff, base.get("findings") or [], head.get("findings") or [])
+    return diff
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _unit(key: str) -> str:
+    if key.endswith("_ms"):
+        return "ms"
+    if key.endswith("_fraction") or key in ("mfu", "mfu.fp8"):
+        return "fraction"
+    if key.endswith("_us"):
+        return "us"
+    if key.endswith("_bytes"):
+        return "bytes"
+    return "count"
+
+
+def _delta(key: str, b: float, h: float, noise: float | None) -> MetricDelta:
+    threshold = max(K * noise if noise is not None else 0.0, ABS_FLOOR[_unit(key)], REL_FLOOR * max(abs(b), abs(h)))
+    significant = abs(h - b) > threshold
+    if not significant:
+        verdict = "same"
+    elif WORSE_IF_HIGHER.match(key):
+        verdict = "worse" if h > b else "better"
+    elif BETTER_IF_HIGHER.match(key):
+        verdict = "better" if h > b else "worse"
+    else:
+        verdict = "changed"
+    return MetricDelta(key, b, h, noise, threshold, significant, verdict)
+
+
+def _noise(report: dict[str, Any]) -> dict[str, float]:
+    """Per series key, the standard error of the per-step median (median over ranks)."""
+    per_key: dict[str, list[float]] = {}
+    for series in (report.get("series") or {}).values():
+        for key, values in series.items():
+            values = [float(v) for v in values if _number(v)]
+            if len(values) >= 2:
+                per_key.setdefault(key, []).append(1.2533 * statistics.stdev(values) / math.sqrt(len(values)))
+    return {k: statistics.median(v) for k, v in per_key.items()}
+
+
+def _metric_noise(key: str, noise: dict[str, float], step_ms: Any) -> float | None:
+    if key in noise:
+        return noise[key]
+    if key.endswith("_fraction") and _number(step_ms) and step_ms > 0:
+        twin = {"host.idle_fraction": "host.idle_ms", "gpu.busy_fraction": "host.idle_ms"}.get(
+            key, key[: -len("_fraction")] + "_ms")
+        if twin in noise:
+            return noise[twin] / step_ms
+    return None
+
+
+def _combined(a: float | None, b: float | None) -> float | None:
+    if a is None and b is None:
+        return None
+    if a is None or b is None:
+        return math.sqrt(2) * (a if a is not None else b)
+    return math.hypot(a, b)
+
+
+def _compare_findings(diff: Diff, base: list[dict[str, Any]], head: list[dict[str, Any]]) -> None:
+    b_by = {f.get("rule"): f for f in base}
+    h_by = {f.get("rule"): f for f in head}
+    diff.new_findings = [f for r, f in h_by.items() if r not in b_by]
+    diff.resolved_findings = [f for r, f in b_by.items() if r not in h_by]
+    for rule in (r for r in h_by if r in b_by):
+        b, h = b_by[rule], h_by[rule]
+        bi, hi = b.get("impact_ms_per_step"), h.get("impact_ms_per_step")
+        impact_moved = _number(bi) and _number(hi) and abs(hi - bi) > max(0.25 * abs(bi), ABS_FLOOR["ms"] * 2)
+        if b.get("severity") != h.get("severity") or impact_moved:
+            diff.changed_findings.append((b, h))
+
+
+def diff_dict(diff: Diff) -> dict[str, Any]:
+    """The JSON form of a diff (``perfdoctor diff --format json``)."""
+    def metric(m: MetricDelta) -> dict[str, Any]:
+        return {"key": m.key, "base": m.base, "head": m.head, "delta": m.delta, "relative": m.relative,
+                "noise": m.noise, "threshold": m.threshold, "significant": m.significant, "verdict": m.verdict}
+
+    def brief(f: dict[str, Any]) -> dict[str, Any]:
+        return {k: f.get(k) for k in ("rule", "severity", "title", "summary", "impact_ms_per_step")}
+
+    return {
+        "diff_schema_version": "1",
+        "base": diff.base_label,
+        "head": diff.head_label,
+        "step": metric(diff.step) if diff.step else None,
+        "step_regression_pct": diff.step_regression_pct,
+        "metrics": [metric(m) for m in diff.metrics],
+        "findings": {"new": [brief(f) for f in diff.new_findings],
+                     "resolved": [brief(f) for f in diff.resolved_findings],
+                     "changed": [{"base": brief(b), "head": brief(h)} for b, h in diff.changed_findings]},
+        "notes": diff.notes,
+    }
+
+
+def read_report(path: Path) -> dict[str, Any] | None:
+    """A saved JSON report, detected by content (a file whose first non-blank byte is ``{``); None for
+    anything else (a trace, a run directory). A JSON file that is not a perfdoctor report is bad input."""
+    if not path.is_file():
+        return None
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(64).lstrip()
+        if not head.startswith(b"{"):
+            return None
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputError(f"{path}: not a readable JSON report ({exc})") from None
+    if not isinstance(data, dict) or "schema_version" not in data or not isinstance(data.get("metrics"), dict):
+        raise InputError(f"{path}: JSON but not a perfdoctor report (no schema_version/metrics)")
+    if str(data["schema_version"]) != "1":
+        raise InputError(f"{path}: report schema_version {data['schema_version']!r} is not supported (expected '1')")
+    return data

@@ -1,0 +1,77 @@
+"""``perfdoctor diff`` as GitHub-flavoured Markdown for a PR comment: verdict, findings, then metrics.
+
+Only significant deltas are listed in the open; the full table is collapsed. User strings go
+through :func:`perfdoctor.render.markdown.md`.
+"""
+
+from __future__ import annotations
+
+from perfdoctor.diff import Diff, MetricDelta
+from perfdoctor.render.markdown import MAX_CHARS, md
+
+VERDICT_ICON = {"worse": "🔺", "better": "✅", "changed": "↔️", "same": ""}
+
+
+def verdict_line(diff: Diff) -> str:
+    """One sentence: did the step time change beyond noise?"""
+    s = diff.step
+    if s is None:
+        return "Step time could not be compared (missing on one side)."
+    change = f"{s.base:,.2f} ms → {s.head:,.2f} ms ({_signed_pct(s)})"
+    if not s.significant:
+        return f"No significant step-time change: {change}, within noise (threshold ±{s.threshold:,.2f} ms)."
+    word = "slower (regression)" if s.delta > 0 else "faster"
+    return f"Step time {word}: {change}, beyond noise (threshold ±{s.threshold:,.2f} ms)."
+
+
+def render_diff_markdown(diff: Diff) -> str:
+    out = [f"## perfdoctor diff · {md(diff.base_label)} → {md(diff.head_label)}", "", f"**{verdict_line(diff)}**", ""]
+    out += _findings(diff)
+    sig = diff.significant
+    if sig:
+        out += ["### Significant metric changes", "", *_table(sig), ""]
+    else:
+        out += ["No metric changed beyond its noise estimate.", ""]
+    out += ["<details>", f"<summary>All compared metrics ({len(diff.metrics)})</summary>", "", *_table(diff.metrics),
+            "", "</details>", ""]
+    if diff.notes:
+        out += [f"> {md(n)}" for n in diff.notes] + [""]
+    text = "\n".join(out) + "\n"
+    if len(text) >= MAX_CHARS:  # drop the collapsed table first
+        cut = out.index("<details>")
+        text = "\n".join(out[:cut] + ["_(full metric table cut to fit a PR comment)_"]) + "\n"
+    return text
+
+
+def _findings(diff: Diff) -> list[str]:
+    out = []
+    for title, items in (("New findings", diff.new_findings), ("Resolved findings", diff.resolved_findings)):
+        if items:
+            out += [f"### {title}", ""]
+            out += [f"- **{md(f.get('rule', ''))}** ({md(f.get('severity', ''))}): {md(f.get('summary', ''))}"
+                    for f in items]
+            out.append("")
+    if diff.changed_findings:
+        out += ["### Changed findings", ""]
+        for b, h in diff.changed_findings:
+            out.append(f"- **{md(h.get('rule', ''))}**: {md(b.get('severity', ''))} → {md(h.get('severity', ''))}, "
+                       f"impact {_ms(b.get('impact_ms_per_step'))} → {_ms(h.get('impact_ms_per_step'))} per step")
+        out.append("")
+    return out or ["No finding appeared, disappeared or changed.", ""]
+
+
+def _table(rows: list[MetricDelta]) -> list[str]:
+    out = ["| metric | base | head | delta | noise ± | verdict |", "|---|---:|---:|---:|---:|---|"]
+    for m in rows:
+        noise = "–" if m.noise is None else f"{m.noise:,.4g}"
+        out.append(f"| `{m.key}` | {m.base:,.4g} | {m.head:,.4g} | {m.delta:+,.4g} ({_signed_pct(m)}) | {noise} | "
+                   f"{VERDICT_ICON[m.verdict]} {m.verdict} |")
+    return out
+
+
+def _signed_pct(m: MetricDelta) -> str:
+    return "n/a" if m.relative is None else f"{100 * m.relative:+.1f} %"
+
+
+def _ms(v: object) -> str:
+    return f"{v:,.2f} ms" if isinstance(v, (int, float)) else "–"

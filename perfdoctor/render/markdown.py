@@ -1,0 +1,167 @@
+"""GitHub-flavoured Markdown for a pull-request comment: findings first, details collapsed.
+
+A PR comment holds at most 65,536 characters; the report stays under ``MAX_CHARS`` by cutting the
+longest tables first and saying so. GitHub renders HTML inside Markdown, so every user string
+(kernel names, paths, NVTX text, environment values) goes through :func:`md` (HTML-escaped, Markdown
+punctuation backslash-escaped) or into a code block fenced longer than any backtick run it contains.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from typing import Any
+
+from perfdoctor.model import Report
+from perfdoctor.render import summary as sm
+from perfdoctor.render.snippets import knob_snippets
+
+MAX_CHARS = 60_000
+_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+!|~>-])")
+SEVERITY_ICON = {"high": "🔴", "medium": "🟠", "low": "🔵", "info": "⚪"}
+
+
+def md(text: Any) -> str:
+    """A user string as inert Markdown text on one line."""
+    escaped = html.escape(str(text), quote=False).replace("\r", " ").replace("\n", " ")
+    return _MD_SPECIAL.sub(r"\\\1", escaped)
+
+
+def code_block(code: str, language: str = "") -> str:
+    """A fenced block whose fence is longer than any backtick run inside it."""
+    longest = max((len(m) for m in re.findall(r"`+", code)), default=0)
+    fence = "`" * max(3, longest + 1)
+    return f"{fence}{language}\n{code}\n{fence}"
+
+
+def render_markdown(report: Report, title: str | None = None) -> str:
+    """The PR-comment report; shorter than MAX_CHARS characters."""
+    for top_kernels in (15, 5, 0):
+        text = _render(report, title, top_kernels, per_rank=top_kernels > 0)
+        if len(text) < MAX_CHARS:
+            return text
+    return text[: MAX_CHARS - 80].rsplit("\n", 1)[0] + "\n\n_(report cut to fit a PR comment)_\n"
+
+
+def _render(report: Report, title: str | None, top_kernels: int, per_rank: bool) -> str:
+    all_m = report.metrics.get("all", {})
+    names = ", ".join(md(t.path.name) for t in report.run.traces) or "no input"
+    out = [f"## perfdoctor · {md(title) if title else names}", ""]
+    out.append(f"**step time {sm.fmt(all_m.get('step.time_ms'), 'ms')}** (median over steps, p90 "
+               f"{sm.fmt(all_m.get('step.time_p90_ms'), 'ms')}) · MFU {sm.fmt(all_m.get('mfu'), '%')} · "
+               f"GPU busy {sm.fmt(all_m.get('gpu.busy_fraction'), '%')} · exposed comm "
+               f"{sm.fmt(all_m.get('comm.exposed_fraction'), '%')} of the step · "
+               f"{len(report.devices)} device(s)")
+    out.append("")
+    out += _findings(report)
+    out += _details("Step-time breakdown per rank", _breakdown(report) if per_rank else ["_(cut for length)_"])
+    out += _details("Communication per parallel group", _comm(report, per_rank))
+    out += _details("Host gaps and LayerNorm blocking", _host(report, per_rank))
+    if top_kernels:
+        out += _details("Top kernels", _kernels(report, top_kernels))
+    if report.warnings:
+        out += _details(f"Warnings ({len(report.warnings)})", [f"- {md(w)}" for w in report.warnings])
+    inputs = [f"- `{_code_span(str(t.path))}` · nsys {md(t.nsys_version or '?')} · export schema "
+              f"{md(t.schema_version or '?')}" for t in report.run.traces]
+    out += _details("Inputs", inputs)
+    out.append(f"<sub>perfdoctor {md(report.tool_version)}</sub>")
+    return "\n".join(out) + "\n"
+
+
+def _findings(report: Report) -> list[str]:
+    found = sm.findings(report)
+    if not found:
+        return ["No findings: no rule fired on this run.", ""]
+    out = ["### Findings", "", "| | finding | ms per step | knob |", "|---|---|---:|---|"]
+    for f in found:
+        knobs = [k for k in f.get("knobs") or [] if isinstance(k, dict)]
+        knob = md(sm.knob_label(knobs[0])) if knobs else "–"
+        out.append(f"| {SEVERITY_ICON.get(f.get('severity'), '')} {md(f.get('severity', ''))} | "
+                   f"**{md(f.get('title', f.get('rule', '')))}** — {md(f.get('summary', ''))} | "
+                   f"{sm.fmt(f.get('impact_ms_per_step'), 'ms')} | {knob} |")
+    out.append("")
+    for f in found:
+        body = []
+        if f.get("ranks"):
+            body.append(f"Ranks: {md(', '.join(str(r) for r in f['ranks']))}")
+        if f.get("guide"):
+            body.append(f"Guide: {md(f['guide'])}")
+        if f.get("next_step"):
+            body.append(f"Next step: {md(f['next_step'])}")
+        if isinstance(f.get("evidence"), dict) and f["evidence"]:
+            body += ["", "| evidence | value |", "|---|---|"]
+            body += [f"| {md(k)} | {md(v)} |" for k, v in sorted(f["evidence"].items())]
+        for knob in f.get("knobs") or []:
+            if not isinstance(knob, dict):
+                continue
+            if knob.get("note"):
+                body += ["", md(knob["note"])]
+            for s in knob_snippets(knob):
+                body += ["", f"{s.label}:", "", code_block(s.code, s.language)]
+        if body:
+            out += _details(f"{md(f.get('rule', ''))}: details and how to fix", body)
+    return out
+
+
+def _details(summary: str, body: list[str]) -> list[str]:
+    return ["<details>", f"<summary>{summary}</summary>", "", *body, "", "</details>", ""]
+
+
+def _breakdown(report: Report) -> list[str]:
+    rows = {r: dict(sm.breakdown(report.metrics["ranks"][r])) for r in sm.ranks(report)}
+    parts = [p for p in ("compute", *(f"exposed {g.upper()}" for g in sm.GROUPS), "exposed comm (unlabelled)",
+                         "device idle", "other") if any(p in row for row in rows.values())]
+    if not parts:
+        return ["No per-step measurements."]
+    out = ["| rank | step ms | " + " | ".join(parts) + " |", "|---:|---:|" + "---:|" * len(parts)]
+    for r, row in rows.items():
+        step = report.metrics["ranks"][r].get("step.time_ms")
+        out.append(f"| {md(r)} | {sm.fmt(step, 'ms')} | " +
+                   " | ".join(sm.fmt(row.get(p), "ms") if p in row else "–" for p in parts) + " |")
+    return out
+
+
+def _comm(report: Report, per_rank: bool) -> list[str]:
+    out = ["| rank | group | comm ms/step | exposed ms/step | exposed % of step |", "|---:|---|---:|---:|---:|"]
+    keys = sm.ranks(report) if per_rank else ["all"]
+    for r in keys:
+        m = report.metrics["all"] if r == "all" else report.metrics["ranks"][r]
+        for g in sm.GROUPS:
+            if m.get(f"comm.{g}.time_ms"):
+                out.append(f"| {md(r)} | {g.upper()} | {sm.fmt(m[f'comm.{g}.time_ms'], 'ms')} | "
+                           f"{sm.fmt(m.get(f'comm.{g}.exposed_ms'), 'ms')} | "
+                           f"{sm.fmt(m.get(f'comm.{g}.exposed_fraction'), '%')} |")
+    return out if len(out) > 2 else ["No communication labelled by parallel group."]
+
+
+def _host(report: Report, per_rank: bool) -> list[str]:
+    labels = [label for _, label in sm.HOST_CAUSES]
+    out = ["| rank | device idle % | " + " | ".join(labels) + " | LN blocked/step | LN delay |",
+           "|---:|---:|" + "---:|" * (len(labels) + 2)]
+    keys = sm.ranks(report) if per_rank else ["all"]
+    for r in keys:
+        m = report.metrics["all"] if r == "all" else report.metrics["ranks"][r]
+        cells = [sm.fmt(m.get(f"host.{c}_ms"), "ms") for c, _ in sm.HOST_CAUSES]
+        count = m.get("ln.blocked_count")
+        out.append(f"| {md(r)} | {sm.fmt(m.get('host.idle_fraction'), '%')} | " + " | ".join(cells) +
+                   f" | {'–' if count is None else f'{count:.0f}'} | {sm.fmt(m.get('ln.blocked_ms'), 'ms')} |")
+    return out
+
+
+def _kernels(report: Report, n: int) -> list[str]:
+    merged: dict[tuple[str, str], list[int]] = {}
+    for d in report.devices:
+        for k in d.top_kernels:
+            acc = merged.setdefault((k["name"], k["category"]), [0, 0])
+            acc[0] += k["count"]
+            acc[1] += k["ns"]
+    rows = sorted(merged.items(), key=lambda kv: -kv[1][1])[:n]
+    out = ["| kernel | category | count | ms |", "|---|---|---:|---:|"]
+    out += [f"| `{_code_span(name[:160])}` | {md(cat)} | {cnt:,} | {ns / 1e6:,.2f} |"
+            for (name, cat), (cnt, ns) in rows]
+    return out
+
+
+def _code_span(text: str) -> str:
+    """Text for a single-backtick code span inside a table: no backticks, no pipes, no newlines."""
+    return text.replace("`", "'").replace("|", "¦").replace("\n", " ").replace("\r", " ")
