@@ -1,0 +1,342 @@
+"""Memory metrics against ground truth: a small caching-allocator simulator writes snapshots whose
+history is cut like PyTorch's ring buffer, and knows what every number must be."""
+
+from __future__ import annotations
+
+import json
+import pickle
+import random
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from perfdoctor.load.memsnap import Frame, load_snapshot
+from perfdoctor.measure.memory import BEFORE_HISTORY, MEMORY_KEYS, allocation_site, measure_memory
+
+MB = 1 << 20
+SEGMENT = 2 * MB
+DATA = Path(__file__).parent / "data"
+SITES = ("attention_scores", "mlp_activation", "grad_buffer", "optimizer_state", "workspace")
+
+
+def site_frames(site: str) -> list[dict]:
+    """A stack as PyTorch records it: innermost first, PyTorch's own frames before the caller's."""
+    return [{"filename": "/usr/lib/python3/site-packages/torch/nn/functional.py", "line": 2100, "name": "linear"},
+            {"filename": f"/megatron/core/{site}.py", "line": 40 + SITES.index(site), "name": site},
+            {"filename": "/megatron/training.py", "line": 900, "name": "train_step"}]
+
+
+@dataclass
+class Allocation:
+    size: int
+    site: str
+    alloc_event: int
+    free_event: int | None = None  # the free_completed event
+
+
+@dataclass
+class SimAllocator:
+    """First-fit caching allocator: segments of whole 2 MiB units split into blocks; frees may be
+    stream-deferred (``free_requested`` now, ``free_completed`` later); ``empty_cache`` returns fully
+    free segments; an allocation that fits nowhere even after emptying the cache records an ``oom``."""
+
+    capacity: int
+    segments: list[dict] = field(default_factory=list)
+    events: list[dict] = field(default_factory=list)
+    points: list[tuple[int, int]] = field(default_factory=lambda: [(0, 0)])  # (allocated, reserved)
+    allocations: dict[int, Allocation] = field(default_factory=dict)  # live, by address
+    done: list[Allocation] = field(default_factory=list)
+    allocated: int = 0
+    reserved: int = 0
+    next_address: int = 1 << 40
+
+    def _emit(self, action: str, addr: int, size: int, frames: list | None = None) -> int:
+        self.events.append({"action": action, "addr": addr, "size": size, "stream": 0,
+                            "time_us": 1000 + 7 * len(self.events), "frames": frames or []})
+        self.points.append((self.allocated, self.reserved))
+        return len(self.events) - 1
+
+    def alloc(self, size: int, site: str) -> int | None:
+        size = -(-size // 512) * 512
+        found = self._first_fit(size)
+        if found is None:
+            seg_size = -(-size // SEGMENT) * SEGMENT
+            if self.reserved + seg_size > self.capacity:
+                self.empty_cache()
+            if self.reserved + seg_size > self.capacity:
+                self._emit("oom", self.capacity - self.reserved, size)
+                return None
+            seg = {"address": self.next_address, "size": seg_size, "blocks": [[self.next_address, seg_size,
+                                                                              "inactive", None]]}
+            self.next_address += seg_size + SEGMENT
+            self.segments.append(seg)
+            self.reserved += seg_size
+            self._emit("segment_alloc", seg["address"], seg_size)
+            found = (seg, 0)
+        seg, i = found
+        addr, bsize, _, _ = seg["blocks"][i]
+        seg["blocks"][i] = [addr, size, "active_allocated", site]
+        if bsize > size:
+            seg["blocks"].insert(i + 1, [addr + size, bsize - size, "inactive", None])
+        self.allocated += size
+        event = self._emit("alloc", addr, size, site_frames(site))
+        self.allocations[addr] = Allocation(size, site, event)
+        return addr
+
+    def free(self, addr: int, deferred: bool = False) -> None:
+        block = self._block(addr)
+        self._emit("free_requested", addr, block[1])
+        block[2] = "active_pending_free"
+        if not deferred:
+            self.complete(addr)
+
+    def complete(self, addr: int) -> None:
+        block = self._block(addr)
+        block[2], block[3] = "inactive", None
+        self.allocated -= block[1]
+        a = self.allocations.pop(addr)
+        a.free_event = self._emit("free_completed", addr, block[1])
+        self.done.append(a)
+        for seg in self.segments:  # merge neighbouring free blocks
+            merged: list[list] = []
+            for b in seg["blocks"]:
+                if merged and merged[-1][2] == b[2] == "inactive":
+                    merged[-1][1] += b[1]
+                else:
+                    merged.append(b)
+            seg["blocks"] = merged
+
+    def empty_cache(self) -> None:
+        for seg in [s for s in self.segments if all(b[2] == "inactive" for b in s["blocks"])]:
+            self.segments.remove(seg)
+            self.reserved -= seg["size"]
+            self._emit("segment_free", seg["address"], seg["size"])
+
+    def _first_fit(self, size: int) -> tuple[dict, int] | None:
+        for seg in self.segments:
+            for i, b in enumerate(seg["blocks"]):
+                if b[2] == "inactive" and b[1] >= size:
+                    return seg, i
+        return None
+
+    def _block(self, addr: int) -> list:
+        return next(b for s in self.segments for b in s["blocks"] if b[0] == addr)
+
+    def snapshot(self, keep: int) -> dict:
+        """The dump: final segments, and only the newest ``keep`` history entries (the ring buffer)."""
+        segments = [{
+            "device": 0, "address": s["address"], "total_size": s["size"], "stream": 0, "segment_type": "large",
+            "segment_pool_id": (0, 0), "is_expandable": False,
+            "allocated_size": sum(b[1] for b in s["blocks"] if b[2] == "active_allocated"),
+            "blocks": [{"address": a, "size": n, "requested_size": n if st != "inactive" else 0, "state": st,
+                        "frames": site_frames(site) if site else []} for a, n, st, site in s["blocks"]],
+        } for s in self.segments]
+        return {"segments": segments, "device_traces": [self.events[len(self.events) - keep:]],
+                "allocator_settings": {"expandable_segments": False, "PYTORCH_CUDA_ALLOC_CONF": ""}}
+
+
+def simulate(seed: int) -> SimAllocator:
+    """Weights and optimizer state once, then training steps whose activations pile up and drain."""
+    rng = random.Random(seed)
+    sim = SimAllocator(capacity=rng.choice([256, 384, 1024]) * MB)
+    for _ in range(6):
+        sim.alloc(rng.randint(1, 12) * MB + rng.randint(0, 4000), rng.choice(("grad_buffer", "optimizer_state")))
+    for _step in range(rng.randint(4, 9)):
+        stack = []
+        for _ in range(rng.randint(5, 30)):
+            addr = sim.alloc(rng.randint(1, 40) * MB // rng.choice((1, 4, 16)) + rng.randint(0, 9999),
+                             rng.choice(("attention_scores", "mlp_activation", "workspace")))
+            if addr is not None:
+                stack.append(addr)
+            if stack and rng.random() < 0.25:  # a temporary freed early, out of order
+                sim.free(stack.pop(rng.randrange(len(stack))))
+        pending = []
+        while stack:
+            addr = stack.pop()
+            deferred = rng.random() < 0.2  # used on another stream: freed later
+            sim.free(addr, deferred)
+            if deferred:
+                pending.append(addr)
+            if pending and rng.random() < 0.5:
+                sim.complete(pending.pop(0))
+        if rng.random() < 0.7:
+            for addr in pending:
+                sim.complete(addr)
+        if rng.random() < 0.3:
+            sim.empty_cache()
+    return sim
+
+
+def truth(sim: SimAllocator, keep: int) -> dict:
+    """What the metrics must be over the window the ring buffer kept, from the simulator's own books."""
+    first = len(sim.events) - keep  # window = points first..n (point k is after event k - 1)
+    alloc = np.array([p[0] for p in sim.points[first:]])
+    reserved = np.array([p[1] for p in sim.points[first:]])
+    peak_r = reserved.max()
+    peak_point = first + int(np.argmax(alloc))
+    by_site: dict[str, int] = defaultdict(int)
+    for a in [*sim.done, *sim.allocations.values()]:
+        end = a.free_event + 1 if a.free_event is not None else len(sim.points)
+        if a.alloc_event + 1 <= peak_point < end:
+            known = a.alloc_event >= first or a.free_event is None
+            by_site[f"/megatron/core/{a.site}.py" if known else BEFORE_HISTORY] += a.size
+    window = sim.events[first:]
+    free_blocks = [b[1] for s in sim.segments for b in s["blocks"] if b[2] == "inactive"]
+    return {
+        "memory.peak_allocated_bytes": alloc.max(),
+        "memory.peak_reserved_bytes": peak_r,
+        "memory.fragmentation_fraction": (peak_r - alloc[reserved == peak_r].max()) / peak_r,
+        "memory.oom_count": sum(e["action"] == "oom" for e in window),
+        "memory.segment_allocs": sum(e["action"] == "segment_alloc" for e in window),
+        "memory.largest_free_block_bytes": max(free_blocks, default=0),
+        "sites": dict(by_site),
+    }
+
+
+def dump(tmp_path: Path, snap: object, name: str = "rank0.pickle") -> Path:
+    path = tmp_path / name
+    path.write_bytes(pickle.dumps(snap))
+    return path
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_simulated_allocator_with_cut_history(tmp_path, seed):
+    sim = simulate(seed)
+    n = len(sim.events)
+    for keep in sorted({n, n * 2 // 3, n // 3, 1}):
+        m = measure_memory(load_snapshot(dump(tmp_path, sim.snapshot(keep))), device_total_bytes=sim.capacity)
+        want = truth(sim, keep)
+        for key in MEMORY_KEYS:
+            if key in want:
+                assert m.metrics[key] == pytest.approx(want[key]), (seed, keep, key)
+        assert m.metrics["memory.headroom_fraction"] == pytest.approx(1 - want["memory.peak_reserved_bytes"]
+                                                                      / sim.capacity)
+        got_sites = {s["file"]: s["bytes"] for s in m.evidence["top_sites"]}
+        assert got_sites == want["sites"], (seed, keep)
+        assert not m.warnings
+        assert m.evidence["history_events"] == keep
+
+
+def test_some_seeds_hit_oom_and_empty_cache():
+    """The simulated workloads do exercise the OOM and segment-free paths the checks above cover."""
+    events = [e["action"] for seed in range(12) for e in simulate(seed).events]
+    assert "oom" in events and "segment_free" in events and "free_requested" in events
+
+
+def test_hand_computed_example(tmp_path):
+    """segment 20 MiB; alloc 4 MiB; alloc 10 MiB; free it on another stream (requested, then completed)."""
+    base = 0x1000000
+    frames = site_frames("workspace")
+    snap = {
+        "segments": [{"device": 0, "address": base, "total_size": 20 * MB, "stream": 0, "blocks": [
+            {"address": base, "size": 4 * MB, "requested_size": 4 * MB, "state": "active_allocated",
+             "frames": frames},
+            {"address": base + 4 * MB, "size": 16 * MB, "requested_size": 0, "state": "inactive"}]}],
+        "device_traces": [[
+            {"action": "segment_alloc", "addr": base, "size": 20 * MB, "time_us": 100},
+            {"action": "alloc", "addr": base, "size": 4 * MB, "time_us": 101, "frames": frames},
+            {"action": "alloc", "addr": base + 4 * MB, "size": 10 * MB, "time_us": 102, "frames": frames},
+            {"action": "free_requested", "addr": base + 4 * MB, "size": 10 * MB, "time_us": 103},
+            {"action": "free_completed", "addr": base + 4 * MB, "size": 10 * MB, "time_us": 104}]],
+    }
+    m = measure_memory(load_snapshot(dump(tmp_path, snap)), device_total_bytes=80 * (1 << 30))
+    assert m.metrics["memory.peak_allocated_bytes"] == 14 * MB
+    assert m.metrics["memory.peak_reserved_bytes"] == 20 * MB
+    assert m.metrics["memory.fragmentation_fraction"] == pytest.approx(6 / 20)
+    assert m.metrics["memory.headroom_fraction"] == pytest.approx(1 - 20 / (80 * 1024))
+    assert m.metrics["memory.largest_free_block_bytes"] == 16 * MB
+    assert (m.metrics["memory.oom_count"], m.metrics["memory.segment_allocs"]) == (0, 1)
+    ev = m.evidence
+    assert (ev["peak_allocated_at_us"], ev["peak_reserved_at_us"]) == (102, 100)
+    assert ev["series"] == {"t_us": [100, 100, 101, 102, 103, 104],
+                            "allocated": [0, 0, 4 * MB, 14 * MB, 14 * MB, 4 * MB],
+                            "reserved": [0, 20 * MB, 20 * MB, 20 * MB, 20 * MB, 20 * MB]}
+    assert ev["top_sites"] == [{"file": "/megatron/core/workspace.py", "line": 44, "function": "workspace",
+                                "bytes": 14 * MB, "count": 2}]
+    assert ev["expandable_segments"] is None and ev["alloc_conf"] is None
+
+
+def test_no_history_uses_dump_state(tmp_path):
+    seg = {"device": 0, "address": 0, "total_size": 6 * MB, "blocks": [
+        {"size": 2 * MB, "state": "active_allocated"}, {"size": MB, "state": "active_pending_free"},
+        {"size": 3 * MB, "state": "inactive"}]}
+    m = measure_memory(load_snapshot(dump(tmp_path, [seg])))
+    assert m.metrics["memory.peak_allocated_bytes"] == 3 * MB  # pending-free blocks still occupy memory
+    assert m.metrics["memory.peak_reserved_bytes"] == 6 * MB
+    assert m.metrics["memory.fragmentation_fraction"] == pytest.approx(0.5)
+    assert m.metrics["memory.oom_count"] is None and m.metrics["memory.segment_allocs"] is None
+    assert m.metrics["memory.headroom_fraction"] is None  # device memory unknown
+    assert any("no allocation history" in w for w in m.warnings)
+
+
+def test_series_is_downsampled_without_losing_the_peak(tmp_path):
+    events = []
+    for i in range(3000):
+        size = MB * (7 if i == 1234 else 1)
+        events += [{"action": "alloc", "addr": i, "size": size, "time_us": 2 * i},
+                   {"action": "free_completed", "addr": i, "size": size, "time_us": 2 * i + 1}]
+    m = measure_memory(load_snapshot(dump(tmp_path, {"segments": [], "device_traces": [events]})))
+    series = m.evidence["series"]
+    assert len(series["t_us"]) == len(series["allocated"]) == len(series["reserved"]) <= 500
+    assert max(series["allocated"]) == 7 * MB == m.metrics["memory.peak_allocated_bytes"]
+    assert series["t_us"] == sorted(series["t_us"])
+
+
+def test_inconsistent_history_is_flagged(tmp_path):
+    """A free larger than anything the dump-time state can account for: replay goes negative."""
+    snap = {"segments": [], "device_traces": [[{"action": "alloc", "addr": 1, "size": MB}]]}
+    m = measure_memory(load_snapshot(dump(tmp_path, snap)))
+    assert any("does not add up" in w for w in m.warnings)
+
+
+def test_device_choice_and_empty_snapshot(tmp_path):
+    seg = {"address": 0, "total_size": 4 * MB, "blocks": [{"size": 4 * MB, "state": "active_allocated"}]}
+    snap = {"segments": [{**seg, "device": 1}, {**seg, "device": 3, "total_size": 8 * MB,
+                                                "blocks": [{"size": 8 * MB, "state": "active_allocated"}]}],
+            "device_traces": [[], [], [], []]}
+    loaded = load_snapshot(dump(tmp_path, snap))
+    assert measure_memory(loaded).device == 3  # the device holding the most
+    assert measure_memory(loaded, device=1).metrics["memory.peak_reserved_bytes"] == 4 * MB
+    empty = measure_memory(load_snapshot(dump(tmp_path, {"segments": [], "device_traces": [[]]}, "e.pickle")))
+    assert empty.device is None and all(v is None for v in empty.metrics.values()) and empty.warnings
+
+
+@pytest.mark.parametrize("settings, env, segment_expandable, want", [
+    ({"expandable_segments": True}, {}, False, True),
+    ({}, {"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:64,expandable_segments:True"}, False, True),
+    ({}, {"PYTORCH_CUDA_ALLOC_CONF": "max_split_size_mb:64"}, False, False),
+    ({}, {}, True, True),
+    ({}, {}, False, None),
+])
+def test_expandable_segments(tmp_path, settings, env, segment_expandable, want):
+    seg = {"device": 0, "address": 0, "total_size": MB, "is_expandable": segment_expandable,
+           "blocks": [{"size": MB, "state": "inactive"}]}
+    snap = {"segments": [seg], "device_traces": [[]], "allocator_settings": settings}
+    m = measure_memory(load_snapshot(dump(tmp_path, snap)), env=env)
+    assert m.evidence["expandable_segments"] is want
+
+
+def test_allocation_site_skips_torch_and_interpreter_frames():
+    torch_frame = Frame("/opt/conda/lib/python3.10/site-packages/torch/nn/modules/linear.py", 125, "forward")
+    cpp = Frame("??", 0, "PyEval_EvalFrameDefault")
+    user = Frame("/workspace/megatron/core/transformer/mlp.py", 120, "forward")
+    assert allocation_site((cpp, torch_frame, user)) == user
+    assert allocation_site((cpp, torch_frame)) == torch_frame
+    assert allocation_site((Frame("none", 0, "megatron/core/fusions/fused_bias_swiglu.py(51): forward"),)) == \
+        Frame("megatron/core/fusions/fused_bias_swiglu.py", 51, "forward")  # profiler-converted frames
+    assert allocation_site((cpp,)) is None
+
+
+def test_real_torch_profiler_snapshot_matches_profiler_truth():
+    """Made by real PyTorch on CPU (tests/data/make_torch_snapshot.py); the truth is the profiler's
+    own memory timeline, replayed forwards, not perfdoctor's backwards replay."""
+    want = json.loads((DATA / "torch_profiler_snapshot.truth.json").read_text())
+    m = measure_memory(load_snapshot(DATA / "torch_profiler_snapshot.pickle"))
+    assert m.metrics["memory.peak_allocated_bytes"] == want["peak_allocated_bytes"]
+    assert m.metrics["memory.peak_reserved_bytes"] == want["reserved_bytes"]
+    assert m.evidence["allocated_at_dump_bytes"] == want["allocated_at_dump_bytes"]
+    assert m.evidence["top_sites"][0]["function"] == want["largest_allocation_function"]
+    assert not m.warnings
