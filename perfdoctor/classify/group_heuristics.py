@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from perfdoctor.classify.kernels import classify_kernel
+from perfdoctor.classify.timeline import category_mask
 
 CANDIDATES = ("dp", "tp", "cp", "pp", "ep")
 CONFIDENCE = ("low", "medium", "high")
@@ -56,7 +57,7 @@ def heuristic_groups(kernels: pd.DataFrame, kcls: pd.DataFrame, config: dict[str
     n = len(kernels)
     group = np.full(n, None, dtype=object)
     confidence = np.full(n, None, dtype=object)
-    comm = (kcls["category"] == "comm").to_numpy()
+    comm = category_mask(kcls, "comm")
     todo = comm & (known == None)  # noqa: E711 (elementwise on an object array)
     if not todo.any():
         return group, confidence
@@ -99,12 +100,11 @@ def group_sizes(config: dict[str, Any]) -> dict[str, int | None]:
 
 def _codes(kernels: pd.DataFrame, kcls: pd.DataFrame) -> np.ndarray:
     """Compute-kernel code of every kernel; the taxonomy's ``kind`` is looked up once per distinct name."""
-    category = kcls["category"].to_numpy(dtype=object)
     codes = np.full(len(kernels), OTHER, dtype=np.int64)
-    codes[category == "gemm"] = GEMM
-    codes[category == "attention"] = ATTENTION
-    codes[category == "optimizer"] = OPTIMIZER
-    codes[category == "comm"] = COMM
+    codes[category_mask(kcls, "gemm")] = GEMM
+    codes[category_mask(kcls, "attention")] = ATTENTION
+    codes[category_mask(kcls, "optimizer")] = OPTIMIZER
+    codes[category_mask(kcls, "comm")] = COMM
     names = kernels["short_name"].cat  # distinct names are the categories: no sort of a million strings
     kinds = np.array([classify_kernel(str(s)).kind for s in names.categories], dtype=object)[names.codes.to_numpy()]
     codes[(kinds == "moe") & (codes == OTHER)] = MOE

@@ -11,6 +11,7 @@ keep ``None``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -18,6 +19,7 @@ import pandas as pd
 
 from perfdoctor.classify.group_heuristics import heuristic_groups
 from perfdoctor.classify.projection import NO_RANGE, enclosing_range, launch_calls
+from perfdoctor.classify.timeline import category_mask
 from perfdoctor.load.labels import labelled, parse_label
 from perfdoctor.model import Timeline
 
@@ -35,17 +37,25 @@ class GroupLabels:
     source: np.ndarray  # object: nvtx|heuristic|None
     confidence: np.ndarray  # object: high|medium|low|None
 
+    @cached_property
+    def codes(self) -> np.ndarray:
+        """Group as an index into ``GROUPS`` (−1: not labelled): integer masks instead of object compares."""
+        codes = np.full(self.group.size, -1, dtype=np.int8)
+        for i, g in enumerate(GROUPS):
+            codes[self.group == g] = i
+        return codes
+
     @property
     def any_labelled(self) -> bool:
-        return bool(np.any(self.source != None))  # noqa: E711 (elementwise on an object array)
+        return bool((self.codes >= 0).any())
 
     def summary(self, kernels: pd.DataFrame) -> dict[str, dict[str, Any]]:
         """How each group's labels were obtained, for the report (DESIGN §4): per group, its kernel
         count and time, and the kernels and ns per ``label_source`` and per confidence."""
         dur = (kernels["end"].to_numpy() - kernels["start"].to_numpy()) if len(kernels) else np.zeros(0)
         out: dict[str, dict[str, Any]] = {}
-        for g in GROUPS:
-            mine = self.group == g
+        for i, g in enumerate(GROUPS):
+            mine = self.codes == i
             if not mine.any():
                 continue
             out[g] = {"kernels": int(mine.sum()), "ns": int(dur[mine].sum()),
@@ -61,7 +71,7 @@ def label_groups(tl: Timeline, kcls: pd.DataFrame, config: dict[str, Any] | None
     group = np.full(n, None, dtype=object)
     source = np.full(n, None, dtype=object)
     confidence = np.full(n, None, dtype=object)
-    comm_idx = np.flatnonzero((kcls["category"] == "comm").to_numpy()) if n else np.zeros(0, dtype=np.int64)
+    comm_idx = np.flatnonzero(category_mask(kcls, "comm"))
     if comm_idx.size:
         _from_nvtx(tl, comm_idx, group, source)
         confidence[source == "nvtx"] = "high"

@@ -11,6 +11,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from perfdoctor.memo import per_object
+from perfdoctor.model import Timeline
+
 NO_RANGE = -1
 # How many earlier-starting candidates to try when the latest-starting range on a thread ended before
 # the launch (a sibling, not an ancestor). Ranges of one kind are rarely nested deeper than this.
@@ -41,6 +44,12 @@ def launch_calls(ops: pd.DataFrame, api: pd.DataFrame) -> tuple[np.ndarray, np.n
     end[hit] = api["end"].to_numpy()[rows]
     tid[hit] = api["tid"].to_numpy()[rows]
     return start, end, tid
+
+
+@per_object
+def kernel_launch_calls(tl: Timeline) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``launch_calls`` of all of a timeline's kernels, computed once (several detectors need them)."""
+    return launch_calls(tl.kernels, tl.api)
 
 
 def enclosing_range(call_start: np.ndarray, call_end: np.ndarray, call_tid: np.ndarray,

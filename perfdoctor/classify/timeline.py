@@ -10,13 +10,15 @@ import numpy as np
 import pandas as pd
 
 from perfdoctor.classify.kernels import classify_memcpy, classify_names
+from perfdoctor.memo import per_object
 
 
+@per_object
 def name_pairs(kernels: pd.DataFrame) -> tuple[np.ndarray, list[str], list[str | None]]:
     """Distinct (short, demangled) kernel names: per kernel the index of its pair, and the pairs' names.
 
     Built from the categorical codes with a hash (``pd.factorize``), so a million kernels cost one
-    linear pass; name rules then run once per distinct pair.
+    linear pass; name rules then run once per distinct pair. Computed once per table (read-only result).
     """
     if not len(kernels):
         return np.zeros(0, dtype=np.int64), [], []
@@ -38,6 +40,22 @@ def kernel_classes(kernels: pd.DataFrame) -> pd.DataFrame:
     category, collective, library = classify_names(shorts, demangleds)
     return _frame(np.asarray(category, dtype=object)[inverse], np.asarray(collective, dtype=object)[inverse],
                   np.asarray(library, dtype=object)[inverse])
+
+
+def category_mask(kcls: pd.DataFrame, *categories: str) -> np.ndarray:
+    """Boolean mask of the rows whose category is one of ``categories`` (integer compares on codes
+    factorised once per table, instead of a string compare over millions of rows per question)."""
+    codes, names = _category_codes(kcls)
+    wanted = [i for i, name in enumerate(names) if name in categories]
+    return np.isin(codes, wanted) if len(wanted) > 1 else codes == (wanted[0] if wanted else -2)
+
+
+@per_object
+def _category_codes(kcls: pd.DataFrame) -> tuple[np.ndarray, list[str]]:
+    if not len(kcls):
+        return np.zeros(0, dtype=np.int64), []
+    codes, names = pd.factorize(kcls["category"].to_numpy(dtype=object))
+    return codes, [str(n) for n in names]
 
 
 def copy_classes(memcpy: pd.DataFrame) -> pd.DataFrame:

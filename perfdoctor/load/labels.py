@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from perfdoctor.memo import per_object
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -33,18 +35,22 @@ def labelled(nvtx: pd.DataFrame, kind: str) -> pd.DataFrame:
 
     Messages repeat (every step, every layer), so each distinct message is tested once.
     """
-    import pandas as pd
-
     if not len(nvtx):
         return nvtx
-    ours = nvtx["domain"].to_numpy(dtype=object) == DOMAIN
-    if not ours.any():
-        return nvtx.iloc[0:0]
-    codes, uniques = pd.factorize(nvtx["text"].to_numpy(dtype=object)[ours])
+    rows, codes, uniques = _our_messages(nvtx)
     prefix = kind + " "
     hit = np.array([isinstance(t, str) and (t == kind or t.startswith(prefix)) for t in uniques], dtype=bool)
-    rows = np.flatnonzero(ours)[(codes >= 0) & hit[np.maximum(codes, 0)]]
-    return nvtx.iloc[rows]
+    return nvtx.iloc[rows[(codes >= 0) & hit[np.maximum(codes, 0)]]]
+
+
+@per_object
+def _our_messages(nvtx: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Rows of the perfdoctor domain and their distinct messages (codes into uniques), once per table."""
+    import pandas as pd
+
+    rows = np.flatnonzero(nvtx["domain"].to_numpy(dtype=object) == DOMAIN)
+    codes, uniques = pd.factorize(nvtx["text"].to_numpy(dtype=object)[rows])
+    return rows, codes, np.asarray(uniques, dtype=object)
 
 
 def rank_mark(timeline: Timeline) -> dict[str, int] | None:

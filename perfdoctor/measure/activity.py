@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from perfdoctor.classify.timeline import category_mask
 from perfdoctor.measure import intervals as iv
 from perfdoctor.model import Timeline
 
@@ -33,7 +34,7 @@ def gpu_activity(tl: Timeline) -> tuple[np.ndarray, np.ndarray]:
 
 def activity(tl: Timeline, kcls: pd.DataFrame, ccls: pd.DataFrame) -> Activity:
     k, cp = tl.kernels, tl.memcpy
-    k_comm = (kcls["category"] == "comm").to_numpy(dtype=bool) if len(k) else np.zeros(0, dtype=bool)
+    k_comm = category_mask(kcls, "comm")
     c_comm = (ccls["category"] == "comm").to_numpy(dtype=bool) if len(cp) else np.zeros(0, dtype=bool)
     k_start, k_end = k["start"].to_numpy(), k["end"].to_numpy()
     comm = iv.union(np.concatenate([k_start[k_comm], cp["start"].to_numpy()[c_comm]]),

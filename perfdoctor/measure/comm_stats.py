@@ -20,7 +20,6 @@ import numpy as np
 import pandas as pd
 
 from perfdoctor.classify.groups import GROUPS, GroupLabels
-from perfdoctor.classify.timeline import name_pairs
 from perfdoctor.measure.steps import Steps
 
 REDUCTIONS = ("all_reduce", "reduce_scatter", "reduce")
@@ -60,25 +59,31 @@ def dtype_of(name: str) -> str | None:
 
 def comm_stats(kernels: pd.DataFrame, kcls: pd.DataFrame, groups: GroupLabels,
                steps: Steps) -> dict[str, GroupCommStats]:
-    """Stats per labelled group (groups without kernels are absent)."""
-    if not len(kernels) or not groups.any_labelled:
+    """Stats per labelled group (groups without kernels are absent). Works on the labelled comm
+    kernels only, with names looked up per category code (a trace has few distinct names)."""
+    labelled = np.flatnonzero(groups.codes >= 0)
+    if not labelled.size:
         return {}
-    inverse, shorts, demangleds = name_pairs(kernels)
-    dtypes = np.array([dtype_of(d or s) or dtype_of(s) for s, d in zip(shorts, demangleds)], dtype=object)[inverse]
-    start = kernels["start"].to_numpy()
-    dur_ms = (kernels["end"].to_numpy() - start) / 1e6
-    collective = kcls["collective"].to_numpy(dtype=object)
+    names = kernels["demangled_name"].cat
+    dtypes = np.array([dtype_of(str(n)) for n in names.categories] + [None], dtype=object)
+    dtype = dtypes[names.codes.to_numpy()[labelled]]  # code −1 (no demangled name) → None
+    short = kernels["short_name"].cat
+    short_dtypes = np.array([dtype_of(str(n)) for n in short.categories] + [None], dtype=object)
+    dtype = np.where(dtype == None, short_dtypes[short.codes.to_numpy()[labelled]], dtype)  # noqa: E711
+    start = kernels["start"].to_numpy()[labelled]
+    dur_ms = (kernels["end"].to_numpy()[labelled] - start) / 1e6
+    collective = kcls["collective"].to_numpy(dtype=object)[labelled].astype(str)
+    code = groups.codes[labelled]
     out: dict[str, GroupCommStats] = {}
-    for g in GROUPS:
-        mine = np.flatnonzero(groups.group == g)
+    for i, g in enumerate(GROUPS):
+        mine = np.flatnonzero(code == i)
         if not mine.size:
             continue
         begins = np.sort(start[mine])
         per_step = np.searchsorted(begins, steps.ends) - np.searchsorted(begins, steps.starts)
-        ops, counts = np.unique(collective[mine].astype(str), return_counts=True)
-        reduction = mine[np.isin(collective[mine], REDUCTIONS) & (dtypes[mine] != None)]  # noqa: E711
-        typed = pd.Series(dur_ms[reduction]).groupby(dtypes[reduction].astype(str)).sum() if reduction.size \
-            else pd.Series(dtype=float)
+        ops, counts = np.unique(collective[mine], return_counts=True)
+        reduction = mine[np.isin(collective[mine], REDUCTIONS) & (dtype[mine] != None)]  # noqa: E711
+        typed = pd.Series(dur_ms[reduction]).groupby(dtype[reduction].astype(str)).sum()
         out[g] = GroupCommStats(float(np.median(per_step)) if per_step.size else 0.0,
                                 float(np.median(dur_ms[mine])) * 1e3,
                                 {str(o): int(c) for o, c in zip(ops, counts)},

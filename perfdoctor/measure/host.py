@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from perfdoctor.classify.projection import launch_calls
+from perfdoctor.classify.projection import kernel_launch_calls, launch_calls
 from perfdoctor.load.labels import labelled
 from perfdoctor.measure import intervals as iv
 from perfdoctor.measure.steps import Steps
@@ -160,7 +160,7 @@ class LaunchStats:
 
 def launch_stats(tl: Timeline) -> LaunchStats:
     k = tl.kernels
-    call_start, call_end, call_tid = launch_calls(k, tl.api)
+    call_start, call_end, call_tid = kernel_launch_calls(tl)
     ok = call_start >= 0
     if ok.sum() < 2:
         return LaunchStats(None, None, None, None)

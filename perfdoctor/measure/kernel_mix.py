@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from perfdoctor.classify.kernels import classify_kernel, signature_head
-from perfdoctor.classify.timeline import name_pairs
+from perfdoctor.classify.timeline import category_mask, name_pairs
 from perfdoctor.measure import intervals as iv
 from perfdoctor.measure.steps import Steps
 from perfdoctor.model import Timeline
@@ -70,19 +70,18 @@ class KernelMix:
 def kernel_mix(tl: Timeline, kcls: pd.DataFrame, steps: Steps) -> KernelMix:
     k = tl.kernels
     start, end = k["start"].to_numpy(), k["end"].to_numpy()
-    category = kcls["category"].to_numpy(dtype=object) if len(k) else np.zeros(0, dtype=object)
 
     def per_step(mask: np.ndarray) -> np.ndarray:
         return iv.overlap_per_interval(steps.starts, steps.ends, iv.union(start[mask], end[mask])).astype(float)
 
-    families = {f: per_step(np.isin(category, cats)) for f, cats in FAMILIES.items()}
+    families = {f: per_step(category_mask(kcls, *cats)) for f, cats in FAMILIES.items()}
     unfused, evidence = _unfused_kinds(k)
     unfused_ns = {kind: per_step(unfused == kind) for kind in UNFUSED_KINDS if (unfused == kind).any()}
-    attention, attention_evidence = _attention_impl(k, category, unfused, evidence)
-    moe_gemm, moe_evidence, launches = _moe_gemms(k, category)
+    attention, attention_evidence = _attention_impl(k, category_mask(kcls, "attention"), unfused, evidence)
+    moe_gemm, moe_evidence, launches = _moe_gemms(k, category_mask(kcls, "gemm"))
     return KernelMix(families, unfused_ns, per_step(unfused != None), evidence,  # noqa: E711
                      attention, attention_evidence,
-                     moe_gemm, moe_evidence, launches, _exposed_host_copies(tl, category, steps))
+                     moe_gemm, moe_evidence, launches, _exposed_host_copies(tl, category_mask(kcls, "comm"), steps))
 
 
 def unfused_kind(short: str, demangled: str | None = None) -> str | None:
@@ -114,10 +113,9 @@ def _unfused_kinds(k: pd.DataFrame) -> tuple[np.ndarray, dict[str, str]]:
     return kinds[inverse] if len(k) else np.zeros(0, dtype=object), evidence
 
 
-def _attention_impl(k: pd.DataFrame, category: np.ndarray, unfused: np.ndarray, evidence: dict[str, str],
+def _attention_impl(k: pd.DataFrame, attn: np.ndarray, unfused: np.ndarray, evidence: dict[str, str],
                     ) -> tuple[str | None, str | None]:
     """flash / cudnn from the longest attention kernel's name; unfused when only a softmax kernel shows."""
-    attn = category == "attention"
     if attn.any():
         dur = (k["end"] - k["start"]).to_numpy()[attn]
         names = k["short_name"].to_numpy(dtype=object)[attn]
@@ -131,7 +129,7 @@ def _attention_impl(k: pd.DataFrame, category: np.ndarray, unfused: np.ndarray, 
     return None, None
 
 
-def _moe_gemms(k: pd.DataFrame, category: np.ndarray) -> tuple[str | None, str | None, int | None]:
+def _moe_gemms(k: pd.DataFrame, gemm: np.ndarray) -> tuple[str | None, str | None, int | None]:
     inverse, shorts, demangleds = name_pairs(k)
     classes = [classify_kernel(s, d) for s, d in zip(shorts, demangleds)]
     moe_name = np.array([c.kind == "moe" for c in classes], dtype=bool)
@@ -140,7 +138,7 @@ def _moe_gemms(k: pd.DataFrame, category: np.ndarray) -> tuple[str | None, str |
     grouped = [(s, m.group(0)) for s, d, c in zip(shorts, demangleds, classes)
                if c.category == "gemm" and (m := _GROUPED_GEMM.search(f"{s} {d or ''}"))]
     order = np.argsort(k["start"].to_numpy(), kind="stable")
-    is_gemm = (category == "gemm")[order]
+    is_gemm = gemm[order]
     is_moe = moe_name[inverse][order]
     permute = is_moe & np.array([bool(_MOE_PERMUTE.search(shorts[i])) for i in inverse[order]], dtype=bool)
     gemms_before = np.concatenate(([0], np.cumsum(is_gemm)))
@@ -156,10 +154,10 @@ def _moe_gemms(k: pd.DataFrame, category: np.ndarray) -> tuple[str | None, str |
     return None, None, launches
 
 
-def _exposed_host_copies(tl: Timeline, category: np.ndarray, steps: Steps) -> np.ndarray:
+def _exposed_host_copies(tl: Timeline, comm: np.ndarray, steps: Steps) -> np.ndarray:
     cp, k = tl.memcpy, tl.kernels
     host = np.isin(cp["copy_kind"].to_numpy(), HOST_COPY_KINDS) if len(cp) else np.zeros(0, dtype=bool)
     copies = iv.union(cp["start"].to_numpy()[host], cp["end"].to_numpy()[host])
-    compute = category != "comm"
+    compute = ~comm
     busy = iv.union(k["start"].to_numpy()[compute], k["end"].to_numpy()[compute])
     return iv.overlap_per_interval(steps.starts, steps.ends, iv.subtract(copies, busy)).astype(float)

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from perfdoctor.classify.projection import launch_calls
+from perfdoctor.classify.projection import kernel_launch_calls
+from perfdoctor.classify.timeline import category_mask
 from perfdoctor.measure import intervals as iv
 from perfdoctor.measure.steps import Steps
 from perfdoctor.model import Timeline
@@ -45,14 +46,14 @@ def blocked_norms(tl: Timeline, kcls: pd.DataFrame, steps: Steps) -> BlockedNorm
     empty = np.zeros(0, dtype=np.int64)
     n_steps = len(steps)
     none = BlockedNorms(empty, empty, empty, np.zeros(n_steps), np.zeros(n_steps))
-    category = kcls["category"].to_numpy(dtype=object) if len(k) else np.zeros(0, dtype=object)
-    persistent = (category == "norm_persistent") | ((category == "norm") & (k["launch_type"].to_numpy() >= 2))
-    comm = category == "comm"
+    cooperative = k["launch_type"].to_numpy() >= 2
+    persistent = category_mask(kcls, "norm_persistent") | (category_mask(kcls, "norm") & cooperative)
+    comm = category_mask(kcls, "comm")
     if not persistent.any() or not comm.any():
         return none
 
     start, end, stream = k["start"].to_numpy(), k["end"].to_numpy(), k["stream"].to_numpy()
-    call_start, call_end, call_tid = launch_calls(k, tl.api)
+    call_start, call_end, call_tid = kernel_launch_calls(tl)
     prev_end, prev_call = _previous_on_stream(start, end, stream, call_start)
     norms = np.flatnonzero(persistent & (call_end >= 0))
     ready = np.maximum(call_end[norms], prev_end[norms])

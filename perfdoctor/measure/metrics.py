@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from perfdoctor.classify.groups import GROUPS, GroupLabels
+from perfdoctor.classify.timeline import category_mask
 from perfdoctor.measure import intervals as iv
 from perfdoctor.measure.activity import Activity
 from perfdoctor.measure.comm_stats import comm_stats
@@ -71,7 +72,7 @@ def timeline_metrics(tl: Timeline, kcls: pd.DataFrame, act: Activity, steps: Ste
         return out, evidence  # CPU-only capture: nothing ran on a GPU
 
     k = tl.kernels
-    gemm = (kcls["category"] == "gemm").to_numpy()
+    gemm = category_mask(kcls, "gemm")
     comm, compute, busy = act.comm, act.compute, act.busy
 
     def per_step(s: iv.Intervals) -> np.ndarray:
@@ -104,8 +105,8 @@ def timeline_metrics(tl: Timeline, kcls: pd.DataFrame, act: Activity, steps: Ste
     evidence["ln"] = _ln_evidence(tl, ln, groups, out)
     exposed_by_group = {}
     if groups.any_labelled:
-        for g in GROUPS:
-            mine = (groups.group == g)
+        for i, g in enumerate(GROUPS):
+            mine = groups.codes == i
             g_set = iv.union(k["start"].to_numpy()[mine], k["end"].to_numpy()[mine])
             exposed_by_group[g] = iv.subtract(g_set, compute)
             g_exposed = per_step(exposed_by_group[g])

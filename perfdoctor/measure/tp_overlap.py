@@ -23,7 +23,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from perfdoctor.classify.projection import launch_calls
+from perfdoctor.classify.projection import kernel_launch_calls
+from perfdoctor.classify.timeline import category_mask
 from perfdoctor.measure.steps import Steps
 from perfdoctor.model import Timeline
 
@@ -47,14 +48,14 @@ def serialized_overlap(tl: Timeline, kcls: pd.DataFrame, steps: Steps) -> Serial
     env = tl.trace.env.get(CONNECTIONS_ENV)
     empty = np.zeros(0, dtype=np.int64)
     library = kcls["library"].to_numpy(dtype=object) if len(k) else np.zeros(0, dtype=object)
-    overlap_comm = (kcls["category"].to_numpy(dtype=object) == "comm") & (library == "userbuffers") \
+    overlap_comm = category_mask(kcls, "comm") & (library == "userbuffers") \
         if len(k) else np.zeros(0, dtype=bool)
     if not overlap_comm.any():
         return SerializedOverlap(empty, empty, empty, None, 0, env)
 
     start, end, stream = k["start"].to_numpy(), k["end"].to_numpy(), k["stream"].to_numpy()
-    call_start, call_end, call_tid = launch_calls(k, tl.api)
-    gemm = np.flatnonzero((kcls["category"].to_numpy(dtype=object) == "gemm") & (call_start >= 0))
+    call_start, call_end, call_tid = kernel_launch_calls(tl)
+    gemm = np.flatnonzero(category_mask(kcls, "gemm") & (call_start >= 0))
     comm = np.flatnonzero(overlap_comm & (call_start >= 0))
     paired = _last_gemm_launched_before(comm, gemm, call_start, call_tid, stream)
     ok = paired >= 0
