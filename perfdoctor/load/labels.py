@@ -6,6 +6,7 @@ Only ranges and marks in the ``perfdoctor`` domain count; anything else is someb
 from __future__ import annotations
 
 import json
+import re
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -41,6 +42,23 @@ def labelled(nvtx: pd.DataFrame, kind: str) -> pd.DataFrame:
     prefix = kind + " "
     hit = np.array([isinstance(t, str) and (t == kind or t.startswith(prefix)) for t in uniques], dtype=bool)
     return nvtx.iloc[rows[(codes >= 0) & hit[np.maximum(codes, 0)]]]
+
+
+def matching(nvtx: pd.DataFrame, pattern: re.Pattern[str]) -> pd.DataFrame:
+    """Rows of ``nvtx`` (any domain) whose message matches ``pattern``; each distinct message tested once."""
+    if not len(nvtx):
+        return nvtx
+    codes, uniques = _messages(nvtx)
+    hit = np.array([isinstance(t, str) and bool(pattern.match(t)) for t in uniques], dtype=bool)
+    return nvtx.iloc[np.flatnonzero((codes >= 0) & hit[np.maximum(codes, 0)])]
+
+
+@per_object
+def _messages(nvtx: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    import pandas as pd
+
+    codes, uniques = pd.factorize(nvtx["text"].to_numpy(dtype=object))
+    return codes, np.asarray(uniques, dtype=object)
 
 
 @per_object

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from perfdoctor.classify.projection import kernel_launch_calls, launch_calls
-from perfdoctor.load.labels import labelled
+from perfdoctor.load.labels import labelled, matching
 from perfdoctor.measure import intervals as iv
 from perfdoctor.measure.steps import Steps
 from perfdoctor.model import Timeline
@@ -118,14 +118,8 @@ def _blocking_calls(api: pd.DataFrame) -> pd.DataFrame:
 
 def _ranges_where(tl: Timeline, kind: str) -> pd.DataFrame:
     """GC ranges (perfdoctor ``gc``) or data-loading ranges (perfdoctor ``data`` or DataLoader names)."""
-    ranges = tl.nvtx[tl.nvtx["end"].to_numpy() >= 0] if len(tl.nvtx) else tl.nvtx
-    if kind == "gc":
-        return labelled(ranges, "gc")
-    if not len(ranges):
-        return ranges
-    codes, texts = pd.factorize(ranges["text"].to_numpy(dtype=object))  # each distinct message once
-    hit = np.array([isinstance(t, str) and bool(DATA_RANGE.match(t)) for t in texts], dtype=bool)
-    return ranges[(codes >= 0) & hit[np.maximum(codes, 0)]]
+    rows = labelled(tl.nvtx, "gc") if kind == "gc" else matching(tl.nvtx, DATA_RANGE)
+    return rows[rows["end"].to_numpy() >= 0]
 
 
 def _inside(t: np.ndarray, tid: np.ndarray, spans: pd.DataFrame) -> np.ndarray:
