@@ -1,0 +1,1 @@
+"""The per-rank capture hook: loaded into every Python process of a captured run by ``pythonpath/sitecustomize.py``."""

@@ -1,0 +1,291 @@
+"""``perfdoctor capture -- CMD``: run a training command under nsys with the per-rank hook, then export.
+
+One call, in order: check the output directory, find nsys, insert ``nsys profile`` into the command
+(:mod:`perfdoctor.capture.command`), start it with the hook on ``PYTHONPATH``, forward Ctrl-C/SIGTERM
+to every process of the run, export every report to SQLite (also after an interruption), and write
+the manifest. The training command's exit code is the capture's exit code.
+
+Process control, and why:
+
+* The command runs in a session of its own, so a terminal's Ctrl-C reaches perfdoctor alone and is
+  forwarded once, on purpose, to every process below it: nsys starts the program in yet another
+  session (``nsys-launcher``), which a process-group signal would miss. nsys then finishes its report.
+* If the run does not end ``KILL_AFTER_S`` seconds after a signal, everything below us is killed.
+* The nsys agent daemon is re-parented to pid 1 and can outlive its CLI; it is found by the CLI's pid
+  (every pid seen below us is remembered) and ended, never by name.
+* About 5 % of nsys 2022.4 launches fail within a second, before the program starts. The hook
+  touches a marker file when the program's Python starts; without the marker and without a report,
+  the launch is retried (at most ``START_TRIES`` times). Once the program started it is never re-run.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from perfdoctor.capture import command as launch_command
+from perfdoctor.capture import manifest as run_manifest
+from perfdoctor.capture.hook import runtime
+from perfdoctor.capture.nsys_cli import (
+    NsysCli,
+    agents_of,
+    descendants,
+    export_sqlite,
+    find_nsys,
+    kill_tree,
+    profile_args,
+)
+from perfdoctor.errors import InputError, UsageError
+
+MIN_FREE_BYTES = 1 << 30  # refuse to start a capture with less free space than this in RUN_DIR
+KILL_AFTER_S = 60.0
+START_TRIES = 3
+HOOK_PATH = Path(__file__).resolve().parent / "hook" / "pythonpath"
+PACKAGE_ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class CaptureOptions:
+    """What the user asked for (``perfdoctor capture`` options)."""
+
+    command: list[str]
+    out: Path | None = None
+    steps: tuple[int, int] | None = None
+    ranks: list[int] | None = None  # None: all
+    per_rank: bool | None = None  # None: per node, unless srun alone starts the ranks
+    memory: bool = True
+    memory_max_entries: int = 100_000
+    nsys_args: list[str] = field(default_factory=list)
+    nsys: str | None = None
+    force: bool = False
+    cuda: bool | None = None  # None: trace CUDA when this machine has an NVIDIA GPU
+
+
+@dataclass
+class CaptureResult:
+    run_dir: Path
+    exit_code: int
+    reports: list[Path]
+    exports: list[Path]
+    manifest: Path
+    notes: list[str]
+
+
+def parse_steps(text: str | None) -> tuple[int, int] | None:
+    """``"2-4"`` → (2, 4); ``"3"`` → (3, 3). Steps count optimizer steps from 0."""
+    if text is None or text == "":
+        return None
+    first, dash, last = text.partition("-")
+    try:
+        window = (int(first), int(last) if dash else int(first))
+    except ValueError:
+        raise UsageError(f"--steps {text!r}: expected A-B with whole numbers, e.g. 10-12") from None
+    if window[0] < 0 or window[1] < window[0]:
+        raise UsageError(f"--steps {text!r}: expected 0 <= A <= B")
+    return window
+
+
+def parse_ranks(text: str | None) -> list[int] | None:
+    if text is None or text.strip().lower() in ("", "all"):
+        return None
+    try:
+        ranks = sorted({int(r) for r in text.split(",") if r.strip()})
+    except ValueError:
+        raise UsageError(f"--ranks {text!r}: expected `all` or a comma-separated list like 0,1,8") from None
+    if not ranks or ranks[0] < 0:
+        raise UsageError(f"--ranks {text!r}: expected `all` or ranks >= 0")
+    return ranks
+
+
+def prepare_run_dir(out: Path | None, force: bool) -> Path:
+    """Create (or, with ``force``, reuse) the run directory; refuse one we cannot fill."""
+    run_dir = out if out is not None else Path("perfdoctor-runs") / time.strftime("%Y%m%d-%H%M%S")
+    if run_dir.exists() and not run_dir.is_dir():
+        raise UsageError(f"{run_dir}: exists and is not a directory")
+    if run_dir.is_dir() and any(run_dir.iterdir()) and not force:
+        raise UsageError(f"{run_dir}: exists and is not empty; choose another --out, or pass --force to write "
+                         "into it (files of the same names are overwritten, nothing else is touched)")
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        probe = tempfile.NamedTemporaryFile(dir=run_dir, prefix=".perfdoctor-write-test", delete=True)
+        probe.close()
+    except OSError as exc:
+        raise InputError(f"{run_dir}: cannot write there ({exc.strerror or exc})") from None
+    free = shutil.disk_usage(run_dir).free
+    if free < MIN_FREE_BYTES:
+        raise InputError(f"{run_dir}: only {free / 2**20:.0f} MiB free; a capture needs at least "
+                         f"{MIN_FREE_BYTES / 2**30:.0f} GiB (reports of a few training steps take hundreds of MB)")
+    return run_dir.resolve()
+
+
+def has_nvidia_gpu() -> bool:
+    """An NVIDIA driver with at least one GPU is present (what ``-t cuda`` needs)."""
+    gpus = Path("/proc/driver/nvidia/gpus")
+    return gpus.is_dir() and any(gpus.iterdir())
+
+
+def gpu_names() -> list[str]:
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return []
+    try:
+        out = subprocess.run([smi, "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True,
+                             timeout=30, stdin=subprocess.DEVNULL).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return sorted({line.strip() for line in out.splitlines() if line.strip()})
+
+
+def hook_env(base: dict[str, str], run_dir: Path, options: CaptureOptions, profiler_api: bool,
+             started_file: Path) -> dict[str, str]:
+    """The environment of the training command: the hook first on PYTHONPATH, its settings in PERFDOCTOR_*."""
+    env = dict(base)
+    env["PYTHONPATH"] = os.pathsep.join([str(HOOK_PATH), *[p for p in [base.get("PYTHONPATH")] if p]])
+    env[runtime.ENV_RUN_DIR] = str(run_dir)
+    env[runtime.ENV_STEPS] = f"{options.steps[0]}-{options.steps[1]}" if options.steps else ""
+    env[runtime.ENV_RANKS] = ",".join(map(str, options.ranks)) if options.ranks is not None else "all"
+    env[runtime.ENV_MEMORY] = "1" if options.memory else "0"
+    env[runtime.ENV_MAX_ENTRIES] = str(options.memory_max_entries)
+    env[runtime.ENV_PROFILER_API] = "1" if profiler_api else "0"
+    env["PERFDOCTOR_STARTED_FILE"] = str(started_file)
+    env["PERFDOCTOR_PACKAGE_ROOT"] = str(PACKAGE_ROOT)
+    return env
+
+
+def run_capture(options: CaptureOptions, say: Callable[[str], None] = lambda s: None) -> CaptureResult:
+    """Capture ``options.command``; see the module docstring. Raises InputError/UsageError before
+    anything runs when the request cannot work."""
+    launch = launch_command.parse_launch(options.command)
+    per_rank = options.per_rank if options.per_rank is not None else launch.per_rank_default
+    cli = find_nsys(options.nsys)
+    run_dir = prepare_run_dir(options.out, options.force)
+    cuda = has_nvidia_gpu() if options.cuda is None else options.cuda
+    notes: list[str] = []
+    profiler_api = options.steps is not None and cuda
+    if options.steps is not None and not cuda:
+        notes.append("no NVIDIA GPU here: the whole run is captured (cudaProfilerStart needs CUDA); --steps "
+                     "still selects the labelled steps and the memory-snapshot window")
+    if not cuda:
+        notes.append("no NVIDIA GPU here: traced nvtx,osrt only (no CUDA)")
+    pattern = launch_command.report_pattern(launch, per_rank=per_rank)
+    nsys_cmd = profile_args(cli, output=str(run_dir / pattern), cuda=cuda, profiler_api=profiler_api,
+                            force=options.force, extra=options.nsys_args)
+    wrapped = launch_command.wrap(launch, nsys_cmd, per_rank=per_rank, ranks=options.ranks)
+    private = Path(tempfile.mkdtemp(prefix="perfdoctor-capture-"))
+    started_file = private / "started"
+    env = hook_env(dict(os.environ), run_dir, options, profiler_api, started_file)
+    began = time.time()
+    exit_code, interrupted = 0, None
+    try:
+        for attempt in range(1, START_TRIES + 1):
+            exit_code, interrupted = _run(wrapped, env, say)
+            reports = _reports(run_dir, pattern)
+            if reports or started_file.exists() or interrupted or attempt == START_TRIES:
+                break
+            if any(run_dir.glob("*.qdstrm")):
+                notes.append("nsys left only .qdstrm files: its importer was not found (Debian: run "
+                             "scripts/install_nsys.sh, which links host-linux-x64)")
+                break
+            say(f"nsys failed to start (exit code {exit_code}); retrying ({attempt + 1}/{START_TRIES})")
+            time.sleep(1.0)
+        ended = time.time()
+        reports = _reports(run_dir, pattern)
+        exports = _export_all(cli, reports, options.force, private, notes, say)
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
+    if not reports:
+        notes.append("nsys wrote no report (see its output above)")
+    files = sorted(p for p in run_dir.rglob("*") if p.is_file() and not p.name.startswith("."))
+    manifest = run_manifest.build_manifest(
+        run_dir=run_dir, command=options.command, wrapped=wrapped, started=began, ended=ended,
+        exit_code=exit_code, interrupted=interrupted,
+        nsys={"path": cli.path, "version": cli.version, "trace": _trace_of(nsys_cmd),
+              "per_rank": per_rank, "profiler_api_window": profiler_api},
+        options={"steps": list(options.steps) if options.steps else None, "ranks": options.ranks or "all",
+                 "memory": options.memory, "memory_max_entries": options.memory_max_entries,
+                 "nsys_args": options.nsys_args, "force": options.force},
+        env=os.environ, files=files, gpus=gpu_names() if cuda else [], notes=notes)
+    path = run_manifest.write_manifest(run_dir, manifest)
+    return CaptureResult(run_dir, exit_code, reports, exports, path, notes)
+
+
+def _trace_of(nsys_cmd: list[str]) -> str:
+    return next((a.split("=", 1)[1] for a in nsys_cmd if a.startswith("--trace=")), "")
+
+
+def _reports(run_dir: Path, pattern: str) -> list[Path]:
+    prefix = pattern.split("%", 1)[0]
+    return sorted(p for p in run_dir.glob(f"{prefix}*.nsys-rep") if p.is_file() and p.stat().st_size > 0)
+
+
+def _run(argv: list[str], env: dict[str, str], say: Callable[[str], None]) -> tuple[int, str | None]:
+    """Run ``argv`` in its own session; forward SIGINT/SIGTERM/SIGHUP to every process below it.
+
+    Returns (exit code, name of the signal that interrupted the run or None). A child killed by a
+    signal reports 128 + its number, as shells do.
+    """
+    try:
+        proc = subprocess.Popen(argv, env=env, start_new_session=True)
+    except OSError as exc:
+        raise InputError(f"{argv[0]}: cannot start it ({exc.strerror or exc})") from None
+    seen: set[int] = {proc.pid}
+    state: dict[str, Any] = {"signal": None, "at": None}
+
+    def forward(signum: int, _frame: Any) -> None:
+        name = signal.Signals(signum).name
+        if state["signal"] is None:
+            state["signal"], state["at"] = name, time.monotonic()
+            say(f"{name}: passing it to the training processes; the reports are still exported")
+        kill_tree(proc.pid, signum)
+
+    handled = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    previous = {s: signal.signal(s, forward) for s in handled}
+    try:
+        last_scan = 0.0
+        while proc.poll() is None:
+            now = time.monotonic()
+            if now - last_scan > 2.0:
+                seen.update(descendants(proc.pid))
+                last_scan = now
+            if state["at"] is not None and now - state["at"] > KILL_AFTER_S:
+                say(f"the run did not end {KILL_AFTER_S:.0f} s after {state['signal']}: killing it")
+                kill_tree(proc.pid, signal.SIGKILL)
+                state["at"] = float("inf")
+            time.sleep(0.1)
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        for pid in seen:
+            for agent in agents_of(pid):
+                kill_tree(agent, signal.SIGTERM)
+    rc = proc.returncode
+    return (128 - rc if rc < 0 else rc), state["signal"]
+
+
+def _export_all(cli: NsysCli, reports: list[Path], force: bool, private: Path, notes: list[str],
+                say: Callable[[str], None]) -> list[Path]:
+    env = dict(os.environ)
+    env["TMPDIR"] = str(private)
+    exports = []
+    for report in reports:
+        target = report.with_suffix(".sqlite")
+        if target.exists() and not force:
+            notes.append(f"{target.name} exists: not re-exported (pass --force to overwrite)")
+            continue
+        say(f"exporting {report.name} to SQLite")
+        output, log = export_sqlite(cli, report, force=force, env=env)
+        if output is None:
+            tail = " ".join(log.strip().splitlines()[-2:])
+            notes.append(f"export of {report.name} failed: {tail}")
+        else:
+            exports.append(output)
+    return exports
+

@@ -1,0 +1,60 @@
+"""A tiny data-parallel training run on CPU (gloo) that knows nothing about perfdoctor.
+
+usage: torchrun --nproc_per_node 2 tests/e2e/tiny_train.py [STEPS]
+
+Groups are made the way Megatron makes them (``group_desc``): a data-parallel group that all-reduces
+gradients, a tensor-parallel group that all-gathers activations, and a pipeline group that swaps a
+tensor with ``batch_isend_irecv``. Every other step makes cyclic garbage and collects it, so GC runs
+inside steps. The optimizer is plain ``torch.optim.SGD``.
+"""
+
+from __future__ import annotations
+
+import gc
+import sys
+
+import torch
+import torch.distributed as dist
+
+
+def main(steps: int) -> None:
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    everyone = list(range(world))
+    dp = dist.new_group(everyone, group_desc="DATA_PARALLEL_GROUP")
+    tp = dist.new_group(everyone, group_desc="TENSOR_MODEL_PARALLEL_GROUP")
+    pp = dist.new_group(everyone, group_desc="PIPELINE_MODEL_PARALLEL_GROUP")
+    torch.manual_seed(rank)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 8))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    for step in range(steps):
+        x = torch.randn(32, 64)
+        hidden = model[0](x)
+        gathered = [torch.empty_like(hidden) for _ in range(world)]
+        dist.all_gather(gathered, hidden.detach(), group=tp)
+        loss = model[2](model[1](hidden)).pow(2).mean()
+        loss.backward()
+        for p in model.parameters():
+            dist.all_reduce(p.grad, group=dp)
+            p.grad /= world
+        if world > 1:
+            peer = (rank + 1) % world
+            inbox = torch.empty(1024)
+            ops = [dist.P2POp(dist.isend, torch.full((1024,), float(rank)), peer, group=pp),
+                   dist.P2POp(dist.irecv, inbox, (rank - 1) % world, group=pp)]
+            for work in dist.batch_isend_irecv(ops):
+                work.wait()
+        optimizer.step()
+        optimizer.zero_grad()
+        if step % 2 == 1:
+            for _ in range(200):
+                a: list = []
+                a.append(a)
+            gc.collect()
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 7)
