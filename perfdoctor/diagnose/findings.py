@@ -245,8 +245,10 @@ def format_value(name: str, value: Any) -> str:
         if float(value).is_integer():
             return str(int(value))
         return f"{value:.1f}" if abs(value) >= 10 else f"{value:.2f}"
-    if isinstance(value, (dict, list)):
-        return json.dumps(value, sort_keys=True, default=str)
+    if isinstance(value, dict):
+        return ", ".join(f"{k} {format_value(str(k), v)}" for k, v in value.items()) or "none"
+    if isinstance(value, list):
+        return ", ".join(format_value(name, v) for v in value) or "none"
     return str(value)
 
 
