@@ -37,7 +37,7 @@ def test_training_exit_code_is_the_capture_exit_code(fake_nsys: Path, tmp_path: 
 def test_sigint_reaches_the_training_process_and_the_report_is_still_exported(fake_nsys: Path,
                                                                              tmp_path: Path) -> None:
     run, marker = tmp_path / "run", tmp_path / "got-sigint"
-    program = ("import sys, time\nprint('ready', flush=True)\ntry:\n    time.sleep(120)\n"
+    program = ("import sys, time\ntry:\n    print('ready', flush=True)\n    time.sleep(120)\n"
                f"except KeyboardInterrupt:\n    open({str(marker)!r}, 'w').close()\n    sys.exit(5)\n")
     proc = capture_cli("--nsys", str(fake_nsys), "--out", str(run), "--", sys.executable, "-c", program)
     assert proc.stdout.readline().strip() == "ready"
