@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import pandas as pd
 
+    from perfdoctor.load.memsnap import MemorySnapshot
+
 
 @dataclass(frozen=True)
 class GpuInfo:
@@ -91,6 +93,7 @@ class Timeline:
     osrt_calls: int = 0
     rank: int | None = None
     rank_source: str | None = None  # nvtx-mark | env | manifest | file-order
+    memory: MemorySnapshot | None = None  # this rank's CUDA memory snapshot, when the run has one
 
     @property
     def gpu(self) -> GpuInfo | None:

@@ -340,3 +340,113 @@ def test_real_torch_profiler_snapshot_matches_profiler_truth():
     assert m.evidence["allocated_at_dump_bytes"] == want["allocated_at_dump_bytes"]
     assert m.evidence["top_sites"][0]["function"] == want["largest_allocation_function"]
     assert not m.warnings
+
+
+# --------------------------------------------------------------------------------------------
+# Wired into `perfdoctor analyze` (run directories) and `perfdoctor memory` (snapshots alone)
+
+
+def _run_dir(tmp_path: Path, snapshots: dict[str, object]) -> Path:
+    """A run directory as the capture writes it: the real 2-GPU trace and memory/<name>.pickle."""
+    import shutil
+
+    from tests.paths import REAL_H100
+
+    run = tmp_path / "run"
+    (run / "memory").mkdir(parents=True)
+    shutil.copy(REAL_H100, run / REAL_H100.name)
+    for name, snap in snapshots.items():
+        dump(run / "memory", snap, name)
+    return run
+
+
+def test_analyze_attaches_snapshots_by_rank(tmp_path):
+    from perfdoctor import api
+    from perfdoctor.render.json import report_dict
+
+    sim = simulate(3)
+    keep = len(sim.events) // 2
+    run = _run_dir(tmp_path, {"rank1.pickle": sim.snapshot(keep), "rank7.pickle": sim.snapshot(keep)})
+    report = api.analyze([run])
+    want = truth(sim, keep)
+    r1, r0 = report.metrics["ranks"]["1"], report.metrics["ranks"]["0"]
+    assert r1["memory.peak_allocated_bytes"] == want["memory.peak_allocated_bytes"]
+    assert r1["memory.fragmentation_fraction"] == pytest.approx(want["memory.fragmentation_fraction"])
+    assert r1["memory.headroom_fraction"] is None  # this scrubbed real trace has no GPU table: total unknown
+    assert all(r0[k] is None for k in MEMORY_KEYS)  # rank 0 has no snapshot
+    assert report.metrics["all"]["memory.peak_reserved_bytes"] == want["memory.peak_reserved_bytes"]
+    dev1 = next(d for d in report.devices if d.rank == 1)
+    assert dev1.evidence["memory"]["top_sites"][0]["bytes"] == max(want["sites"].values())
+    assert any("rank7.pickle" in w and "no GPU timeline has rank 7" in w for w in report.warnings)
+    jsonschema = pytest.importorskip("jsonschema")
+    from importlib.resources import files
+
+    schema = json.loads(files("perfdoctor").joinpath("schema/report.schema.json").read_text())
+    jsonschema.validate(json.loads(json.dumps(report_dict(report), default=str)), schema)
+
+
+def _cli(*args: str):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "perfdoctor", *args], capture_output=True, text=True, timeout=300)
+
+
+def test_cli_analyze_takes_a_snapshot_given_directly(tmp_path):
+    from tests.paths import SAMPLES
+
+    trace = SAMPLES / "exposed_tp" / "exposed_tp.rank0.sqlite"  # simulated H100 80GB: GPU table present
+    sim = simulate(5)
+    snap = dump(tmp_path, sim.snapshot(len(sim.events)), "snapshot.pickle")  # Megatron-LM's name, no rank
+    result = _cli("analyze", str(trace), str(snap), "--format", "json")
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    metrics = doc["metrics"]["ranks"]["0"]
+    want = truth(sim, len(sim.events))
+    assert metrics["memory.peak_allocated_bytes"] == want["memory.peak_allocated_bytes"]
+    assert metrics["memory.headroom_fraction"] == pytest.approx(1 - want["memory.peak_reserved_bytes"] / (80 << 30))
+    assert doc["devices"][0]["evidence"]["memory"]["device_total_bytes"] == 80 << 30
+    only = _cli("analyze", str(snap))
+    assert only.returncode == 2 and "perfdoctor memory" in only.stderr and "Traceback" not in only.stderr
+
+
+def test_cli_memory_command(tmp_path):
+    sim = simulate(1)
+    keep = len(sim.events) * 3 // 4
+    run = tmp_path / "run"
+    (run / "memory").mkdir(parents=True)
+    dump(run / "memory", sim.snapshot(keep), "rank2.pickle")
+    dump(run / "memory", sim.snapshot(len(sim.events)), "rank0.pickle")
+    result = _cli("memory", str(run), "--format", "json", "--device-memory", "80")
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert [s["rank"] for s in doc["snapshots"]] == [0, 2]
+    want = truth(sim, keep)
+    got = doc["snapshots"][1]["metrics"]
+    assert got["memory.peak_allocated_bytes"] == want["memory.peak_allocated_bytes"]
+    assert got["memory.headroom_fraction"] == pytest.approx(1 - want["memory.peak_reserved_bytes"] / (80 << 30))
+    assert len(doc["snapshots"][1]["evidence"]["series"]["allocated"]) <= 500
+    text = _cli("memory", str(run / "memory" / "rank2.pickle"))
+    assert text.returncode == 0, text.stderr
+    assert "peak allocated" in text.stdout and "/megatron/core/" in text.stdout
+    for bad in (["memory", str(tmp_path / "nope.pickle")], ["memory", str(run), "--device-memory", "-1"],
+                ["memory", str(tmp_path / "empty_dir")]):
+        (tmp_path / "empty_dir").mkdir(exist_ok=True)
+        result = _cli(*bad)
+        assert result.returncode == 2 and result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+
+
+def test_site_names_are_not_markup(tmp_path):
+    """Function names come from the snapshot: rich must print them, not interpret them."""
+    from rich.console import Console
+
+    from perfdoctor.render.memory import render_memory_terminal
+
+    frames = [{"filename": "/x/[bold red]evil[/].py", "line": 1, "name": "[link=file:///etc/passwd]f[/link]"}]
+    snap = {"segments": [], "device_traces": [[{"action": "alloc", "addr": 1, "size": MB, "frames": frames},
+                                               {"action": "free_completed", "addr": 1, "size": MB}]]}
+    m = measure_memory(load_snapshot(dump(tmp_path, snap)))
+    console = Console(record=True, width=200)
+    render_memory_terminal([m], console)
+    out = console.export_text()
+    assert "[bold red]evil[/].py:1" in out and "[link=file:///etc/passwd]f[/link]" in out

@@ -1,4 +1,4 @@
-"""Turn the paths a user typed into the list of trace files to load."""
+"""Turn the paths a user typed into the trace files (and memory snapshots) to load."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from pathlib import Path
 from perfdoctor.errors import InputError
 
 TRACE_SUFFIXES = (".sqlite", ".sqlite3", ".db")
+SNAPSHOT_SUFFIXES = (".pickle", ".pkl")  # PyTorch CUDA memory snapshots (perfdoctor.load.memsnap)
 
 
 def discover(paths: list[Path]) -> list[Path]:
@@ -16,7 +17,8 @@ def discover(paths: list[Path]) -> list[Path]:
         if not path.exists():
             raise InputError(f"{path}: no such file or directory")
         if path.is_file():
-            found.append(path)
+            if path.suffix not in SNAPSHOT_SUFFIXES:  # snapshots come from discover_snapshots
+                found.append(path)
             continue
         exports = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in TRACE_SUFFIXES)
         if not exports:
@@ -25,4 +27,19 @@ def discover(paths: list[Path]) -> list[Path]:
                     if reps else "")
             raise InputError(f"{path}: directory holds no nsys SQLite exports{hint}")
         found.extend(exports)
+    if not found and paths:
+        raise InputError(f"{paths[0]}: only memory snapshots given; analyse them with `perfdoctor memory`, "
+                         "or add the traces they belong to")
+    return found
+
+
+def discover_snapshots(paths: list[Path]) -> list[Path]:
+    """Memory snapshots among the inputs: ``*.pickle`` files given directly, and every one below a
+    run directory (the capture hook writes ``RUN_DIR/memory/rank<R>.pickle``)."""
+    found: list[Path] = []
+    for path in paths:
+        if path.is_file() and path.suffix in SNAPSHOT_SUFFIXES:
+            found.append(path)
+        elif path.is_dir():
+            found.extend(sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in SNAPSHOT_SUFFIXES))
     return found

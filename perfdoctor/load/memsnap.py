@@ -25,8 +25,6 @@ from typing import Any
 
 from perfdoctor.errors import InputError
 
-SNAPSHOT_SUFFIXES = (".pickle", ".pkl")
-
 # Limits that keep a hostile or broken file from taking the machine down. A Megatron snapshot with the
 # default 100k-entry history and Python stacks is a few hundred MB.
 MAX_FILE_BYTES = 4 << 30

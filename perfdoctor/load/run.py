@@ -10,8 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from perfdoctor.load.discover import discover
+from perfdoctor.load.discover import discover, discover_snapshots
 from perfdoctor.load.labels import config_mark, rank_mark
+from perfdoctor.load.memsnap import MemorySnapshot, load_snapshot, rank_from_name
 from perfdoctor.load.nsys import load_export
 from perfdoctor.model import Run, Timeline
 
@@ -21,7 +22,9 @@ RANK_ENV_VARS = ("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
 def load_run(paths: list[Path], config: dict[str, Any] | None = None) -> Run:
     """Read all inputs; ``config`` holds values given on the command line (they win over marks)."""
     traces, timelines = [], []
-    for path in discover(paths):
+    exports = discover(paths)
+    snapshots = [load_snapshot(p) for p in discover_snapshots(paths)]  # small next to traces: fail fast
+    for path in exports:
         info, tls = load_export(path)
         traces.append(info)
         timelines.extend(tls)
@@ -29,8 +32,31 @@ def load_run(paths: list[Path], config: dict[str, Any] | None = None) -> Run:
     for info in traces:
         run.warnings.extend(f"{info.path.name}: {w}" for w in info.warnings)
     _assign_ranks(run)
+    _attach_snapshots(run, snapshots)
     _merge_config(run, config or {})
     return run
+
+
+def _attach_snapshots(run: Run, snapshots: list[MemorySnapshot]) -> None:
+    """Give each memory snapshot to the GPU timeline of the rank in its file name; a single snapshot
+    without a rank in its name (Megatron-LM's ``snapshot.pickle``) goes to a single GPU timeline."""
+    gpu_timelines = [tl for tl in run.timelines if tl.device_id is not None]
+    by_rank = {tl.rank: tl for tl in gpu_timelines}
+    for snap in snapshots:
+        snap.rank = rank_from_name(snap.path)
+        if snap.rank is not None:
+            tl = by_rank.get(snap.rank)
+        else:
+            tl = gpu_timelines[0] if len(gpu_timelines) == 1 and len(snapshots) == 1 else None
+        if tl is None:
+            why = (f"no GPU timeline has rank {snap.rank}" if snap.rank is not None
+                   else "its name does not say which rank it belongs to (name it rank<R>.pickle)")
+            run.warnings.append(f"{snap.path.name}: memory snapshot not used: {why}")
+        elif tl.memory is not None:
+            run.warnings.append(f"{snap.path.name}: memory snapshot not used: rank {tl.rank} already has "
+                                f"{tl.memory.path.name}")
+        else:
+            tl.memory = snap
 
 
 def _assign_ranks(run: Run) -> None:
