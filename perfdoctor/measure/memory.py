@@ -60,6 +60,7 @@ class MemoryMeasurement:
     metrics: dict[str, float | None]
     evidence: dict[str, Any]
     warnings: list[str] = field(default_factory=list)
+    rank: int | None = None  # set by the caller that knows it
 
 
 @dataclass
