@@ -290,3 +290,20 @@ def test_control_the_payloads_do_run_under_plain_pickle(tmp_path, payload):
     marker = tmp_path / "pwned"
     pickle.loads(pickle.dumps(payload(marker)))
     assert marker.exists()
+
+
+def test_deeply_nested_pickle_is_a_shape_error_not_a_crash(tmp_path):
+    """A million nested lists, written opcode by opcode: no recursion limit hit, no crash on free."""
+    depth = 1_000_000
+    data = b"\x80\x04}" + b"\x8c\x08segments" + b"]" * depth + b"a" * (depth - 1) + b"s."
+    path = tmp_path / "deep.pickle"
+    path.write_bytes(data)
+    with pytest.raises(InputError, match=r"segments\[0\]: expected a dict, found list"):
+        load_snapshot(path)
+
+
+def test_frames_with_unhashable_fields_are_a_shape_error(tmp_path):
+    snap = small_snapshot()
+    snap["device_traces"][0][1]["frames"] = [{"filename": ["a"], "line": 1, "name": "f"}]
+    with pytest.raises(InputError, match=r"filename: expected a string, found list"):
+        load_snapshot(write(tmp_path, snap))

@@ -21,7 +21,7 @@ import pickle
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from perfdoctor.errors import InputError
 
@@ -39,8 +39,7 @@ TRACE_ACTIONS = ("alloc", "free_requested", "free_completed", "free", "segment_a
                  "segment_map", "segment_unmap", "snapshot", "oom", "annotate")
 
 
-@dataclass(frozen=True, slots=True)
-class Frame:
+class Frame(NamedTuple):
     """One stack frame: innermost first in every ``frames`` tuple (as PyTorch records them)."""
 
     filename: str
@@ -320,11 +319,12 @@ class _FrameReader:
 
     Pickles share repeated objects, so a stack list often appears in many entries; caching by object
     identity keeps loading linear in the file size even when a hostile pickle repeats one huge stack.
+    Equal frames (the same call site in thousands of entries) become one interned :class:`Frame`.
     """
 
     def __init__(self) -> None:
         self._stacks: dict[int, tuple[Frame, ...]] = {}
-        self._frames: dict[int, Frame] = {}
+        self._frames: dict[tuple[Any, Any, Any], Frame] = {}
         self._keep: list[Any] = []  # keeps ids valid while the cache is alive
         self.cut = 0
 
@@ -344,15 +344,17 @@ class _FrameReader:
         return stack
 
     def _frame(self, raw: Any, where: str) -> Frame:
-        cached = self._frames.get(id(raw))
-        if cached is not None:
-            return cached
-        d = _dict(raw, where)
-        frame = Frame(filename=_str(d.get("filename", "??"), f"{where}.filename"),
-                      line=_int(d.get("line", 0), f"{where}.line", signed=True),
-                      name=_str(d.get("name", "??"), f"{where}.name"))
-        self._frames[id(raw)] = frame
-        self._keep.append(raw)
+        # Hot path (millions of frames in a big snapshot): exact type checks, then the cache.
+        if type(raw) is not dict:
+            raise _Shape(f"{where}: expected a dict, found {_kind(raw)}")
+        key = (raw.get("filename", "??"), raw.get("line", 0), raw.get("name", "??"))
+        plain = type(key[0]) is str and type(key[1]) is int and type(key[2]) is str
+        frame = self._frames.get(key) if plain else None
+        if frame is None:
+            frame = Frame(filename=_str(key[0], f"{where}.filename"),
+                          line=_int(key[1], f"{where}.line", signed=True),
+                          name=_str(key[2], f"{where}.name"))
+            self._frames[key] = frame
         return frame
 
 
