@@ -6,7 +6,7 @@ and an absolute and relative floor: the noise is the standard error of the media
 series in the report's ``series`` (1.2533·σ/√n per rank, median over ranks, the two sides added in
 quadrature), so step-to-step jitter of a run is never called a regression. Fractions of the step
 borrow the noise of their ms counterpart divided by the step time; metrics without any series are
-judged by the floors alone.
+judged by wider floors alone (10 %, or 2 points of a fraction).
 """
 
 from __future__ import annotations
@@ -24,6 +24,10 @@ from perfdoctor.errors import InputError
 K = 3.0  # noise multiples a delta must exceed
 REL_FLOOR = 0.02  # of the larger of the two values
 ABS_FLOOR = {"ms": 0.05, "fraction": 0.005, "us": 1.0, "bytes": float(2**20), "count": 0.5}
+# Without a per-step series there is no noise estimate: such metrics (kernel shares, launch statistics,
+# rank spread) move by several % between seeds of one configuration, so they need a wider margin.
+UNMEASURED_REL_FLOOR = 0.10
+UNMEASURED_ABS_FLOOR = {**ABS_FLOOR, "fraction": 0.02}
 # Direction of "worse" per metric family (prefix match); others are just "changed".
 WORSE_IF_HIGHER = re.compile(r"^(step\.time|comm\.(\w+\.)?exposed|host\.|pipeline\.(bubble_ms|bubble_fraction$|warmup"
                              r"|steady|stage_imbalance)|ln\.|kernels\.unfused|memcpy\.exposed|tp\.serialized"
@@ -119,7 +123,11 @@ def _unit(key: str) -> str:
 
 
 def _delta(key: str, b: float, h: float, noise: float | None) -> MetricDelta:
-    threshold = max(K * noise if noise is not None else 0.0, ABS_FLOOR[_unit(key)], REL_FLOOR * max(abs(b), abs(h)))
+    unit, larger = _unit(key), max(abs(b), abs(h))
+    if noise is None:
+        threshold = max(UNMEASURED_ABS_FLOOR[unit], UNMEASURED_REL_FLOOR * larger)
+    else:
+        threshold = max(K * noise, ABS_FLOOR[unit], REL_FLOOR * larger)
     significant = abs(h - b) > threshold
     if not significant:
         verdict = "same"

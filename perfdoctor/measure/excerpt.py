@@ -69,15 +69,20 @@ def excerpt(tl: Timeline, kcls: pd.DataFrame, act: Activity, steps: Steps, group
     inside = np.flatnonzero((end > lo) & (start < hi))
     out = Excerpt(rank=int(tl.rank or 0), step_index=i, step_count=len(steps), step_start_ns=lo,
                   step_ms=(hi - lo) / 1e6, kernels=int(inside.size), pixel_us=0.0)
-    pixel = max((hi - lo) / width_px, 1.0)
     category = kcls["category"].to_numpy(dtype=object)
     names = k["short_name"].astype(object).to_numpy()
-    while True:
-        rects = _merge(start[inside], end[inside], k["stream"].to_numpy()[inside], category[inside],
-                       names[inside], pixel)
+    # Widen the pixel until the cap holds; if alternating categories still exceed it when a pixel is the
+    # whole step, merge narrow kernels across categories too (drawn as "mixed").
+    for mixed in (False, True):
+        pixel = max((hi - lo) / width_px, 1.0)
+        while True:
+            rects = _merge(start[inside], end[inside], k["stream"].to_numpy()[inside], category[inside],
+                           names[inside], pixel, mixed)
+            if len(rects["start"]) <= max_rects or pixel > hi - lo:
+                break
+            pixel *= 2
         if len(rects["start"]) <= max_rects:
             break
-        pixel *= 2
     out.pixel_us = pixel / NS_PER_US
     out.streams = sorted({int(s) for s in rects["stream"]})
     out.rects = [{"stream": int(s), "start_us": _us(a, lo, hi), "end_us": _us(b, lo, hi), "category": str(c),
@@ -89,8 +94,9 @@ def excerpt(tl: Timeline, kcls: pd.DataFrame, act: Activity, steps: Steps, group
 
 
 def _merge(start: np.ndarray, end: np.ndarray, stream: np.ndarray, category: np.ndarray, name: np.ndarray,
-           pixel: float) -> dict[str, np.ndarray]:
-    """Merge runs of narrow same-category kernels on a stream whose gaps are below one pixel."""
+           pixel: float, mixed: bool = False) -> dict[str, np.ndarray]:
+    """Merge runs of narrow kernels on a stream whose gaps are below one pixel: of the same category,
+    or of any category when ``mixed`` (a run of several categories is then called "mixed")."""
     order = np.lexsort((start, stream))
     start, end, stream, category, name = start[order], end[order], stream[order], category[order], name[order]
     n = start.size
@@ -99,8 +105,9 @@ def _merge(start: np.ndarray, end: np.ndarray, stream: np.ndarray, category: np.
                 "count": np.zeros(0, dtype=np.int64)}
     narrow = (end - start) < pixel
     new = np.ones(n, dtype=bool)
-    new[1:] = ~((stream[1:] == stream[:-1]) & (category[1:] == category[:-1]) & narrow[1:] & narrow[:-1]
-                & (start[1:] - np.maximum.accumulate(end)[:-1] < pixel))
+    same_cat = category[1:] == category[:-1]
+    new[1:] = ~((stream[1:] == stream[:-1]) & (same_cat | mixed) & narrow[1:] & narrow[:-1]
+                & (start[1:] - end[:-1] < pixel))  # kernels of one stream run one after another
     first = np.flatnonzero(new)
     group = np.cumsum(new) - 1
     ends = np.maximum.reduceat(end, first)
@@ -108,7 +115,11 @@ def _merge(start: np.ndarray, end: np.ndarray, stream: np.ndarray, category: np.
     # the longest kernel of each run names it
     longest = np.lexsort((-dur, group))
     head = longest[np.flatnonzero(np.r_[True, group[longest][1:] != group[longest][:-1]])]
-    return {"stream": stream[first], "start": start[first], "end": ends, "category": category[first],
+    run_category = category[first].copy()
+    if mixed:
+        changes = np.flatnonzero(~new[1:] & ~same_cat) + 1  # continuations that switch category
+        run_category[np.unique(group[changes])] = "mixed"
+    return {"stream": stream[first], "start": start[first], "end": ends, "category": run_category,
             "name": name[head], "count": np.diff(np.append(first, n))}
 
 

@@ -11,18 +11,17 @@ from typing import Any
 from perfdoctor.diff import Diff
 from perfdoctor.render import summary as sm
 from perfdoctor.render.diff_markdown import verdict_line
-from perfdoctor.render.html import PART_COLORS, PLOTLY_CDN, environment, plotly_js_inline, plotly_version, script_json
+from perfdoctor.render.html import PART_COLORS, check_plotly_js, environment, plotly_js_inline, plotly_src, script_json
 
 
 def render_diff_html(diff: Diff, plotly_js: str = "inline") -> str:
-    if plotly_js not in ("inline", "cdn"):
-        raise ValueError(f"plotly_js must be 'inline' or 'cdn', not {plotly_js!r}")
+    check_plotly_js(plotly_js)
     fig = _breakdown(diff.base_all, diff.head_all)
     return environment().get_template("diff.html.j2").render(
         diff=diff, verdict=verdict_line(diff), figures=[("fig0", script_json(fig))] if fig else [],
         breakdown_fig="fig0" if fig else None,
         plotly_inline=plotly_js_inline() if plotly_js == "inline" else None,
-        plotly_src=PLOTLY_CDN.format(version=plotly_version()) if plotly_js == "cdn" else None)
+        plotly_src=plotly_src(plotly_js))
 
 
 def _breakdown(base: dict[str, Any], head: dict[str, Any]) -> dict[str, Any] | None:

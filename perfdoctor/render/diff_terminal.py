@@ -27,7 +27,8 @@ def render_diff_terminal(diff: Diff, console: Console, show_all: bool = False) -
         t = Table(title="metrics" if show_all else "significant metric changes", title_justify="left")
         for col, justify in (("metric", "left"), ("base", "right"), ("head", "right"), ("delta", "right"),
                              ("noise ±", "right"), ("verdict", "left")):
-            t.add_column(col, justify=justify, no_wrap=col != "metric")
+            t.add_column(col, justify=justify, no_wrap=col != "metric", min_width=22 if col == "metric" else None,
+                         overflow="fold")
         for m in rows:
             rel = "" if m.relative is None else f" ({100 * m.relative:+.1f} %)"
             t.add_row(Text(m.key), f"{m.base:,.4g}", f"{m.head:,.4g}", f"{m.delta:+,.4g}{rel}",

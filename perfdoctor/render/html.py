@@ -34,9 +34,9 @@ PLOTLY_CDN = "https://cdn.plot.ly/plotly-{version}.min.js"
 
 
 def render_html(report: Report, plotly_js: str = "inline") -> str:
-    """The report page. ``plotly_js``: ``inline`` (offline, ~5 MB) or ``cdn`` (small, needs network)."""
-    if plotly_js not in ("inline", "cdn"):
-        raise ValueError(f"plotly_js must be 'inline' or 'cdn', not {plotly_js!r}")
+    """The report page. ``plotly_js``: ``inline`` (offline, ~5 MB), ``cdn`` (small, needs network), or
+    the relative URL of a plotly.min.js served beside the page (``reports/`` shares one copy)."""
+    check_plotly_js(plotly_js)
     figures: list[tuple[str, dict[str, Any]]] = []
 
     def figure(fig: dict[str, Any] | None) -> str | None:
@@ -71,7 +71,7 @@ def render_html(report: Report, plotly_js: str = "inline") -> str:
         "heatmap_fig": figure(_heatmap_figure(report, rank_keys)) if len(rank_keys) > 1 else None,
         "fmt": sm.fmt,
         "plotly_inline": plotly_js_inline() if plotly_js == "inline" else None,
-        "plotly_src": PLOTLY_CDN.format(version=plotly_version()) if plotly_js == "cdn" else None,
+        "plotly_src": plotly_src(plotly_js),
     }
     context["figures"] = [(fig_id, script_json(fig)) for fig_id, fig in figures]
     return _template().render(**context)
@@ -86,6 +86,18 @@ def environment() -> jinja2.Environment:
 
 def _template() -> jinja2.Template:
     return environment().get_template("report.html.j2")
+
+
+def check_plotly_js(plotly_js: str) -> None:
+    if plotly_js not in ("inline", "cdn") and not (plotly_js.endswith(".js") and "://" not in plotly_js):
+        raise ValueError(f"plotly_js must be 'inline', 'cdn' or a relative path to a .js file, not {plotly_js!r}")
+
+
+def plotly_src(plotly_js: str) -> str | None:
+    """The ``src`` of the plotly script element, or None when the library is inlined."""
+    if plotly_js == "inline":
+        return None
+    return PLOTLY_CDN.format(version=plotly_version()) if plotly_js == "cdn" else plotly_js
 
 
 @lru_cache(maxsize=1)

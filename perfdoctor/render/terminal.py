@@ -45,6 +45,8 @@ def render_terminal(report: Report, console: Console) -> None:
                                     f"{info.schema_version or '?'}, {info.counts.get('kernels', 0):,} kernels)"))
     for dev in report.devices:
         console.print(_device_block(dev, report.metrics["ranks"].get(str(dev.rank), {})))
+    if report.findings:
+        console.print(findings_panel(report.findings))
     if report.warnings:
         console.print(Text("warnings", style="bold yellow"))
         for w in report.warnings:
@@ -58,6 +60,10 @@ def _device_block(dev: DeviceSummary, metrics: dict) -> Panel:
     if dev.device_id is not None:
         parts += [_measurements(metrics, dev.groups), _categories(dev), _collectives(dev), _streams(dev),
                   _top_kernels(dev)]
+        if "memory" in dev.evidence:  # the rank's CUDA memory snapshot
+            from perfdoctor.render.memory import memory_tables
+
+            parts += memory_tables(metrics, dev.evidence["memory"])
     else:
         parts.append(_nvtx(dev))
     return Panel(Group(*[p for p in parts if p is not None]), title=title, title_align="left")
@@ -203,3 +209,30 @@ def _nvtx(dev: DeviceSummary) -> Table:
 
 def _pct(part: float, whole: float) -> str:
     return f"{100.0 * part / whole:.1f} %" if whole else "–"
+
+
+_SEVERITY_STYLE = {"high": "bold red", "medium": "yellow", "low": "cyan", "info": "dim"}
+_FRAMEWORKS = (("megatron_bridge", "Megatron-Bridge"), ("nemo", "NeMo 2"), ("megatron_lm", "Megatron-LM"),
+               ("env", "env"))
+
+
+def findings_panel(findings: list[dict]) -> Panel:
+    """Findings, largest impact first: what is wrong, the numbers, and the knob per framework."""
+    parts: list[Text] = []
+    for f in findings:
+        head = Text.assemble((f"{f['severity'].upper():6s} ", _SEVERITY_STYLE.get(f["severity"], "")),
+                             (f["rule"], "bold"), f"  {f['title']}")
+        parts.append(head)
+        parts.append(Text(f"       {f['summary']}"))
+        if f.get("already_set"):
+            parts.append(Text("       already set: " + ", ".join(f"{k}={v}" for k, v in f["already_set"].items()),
+                              style="dim"))
+        if f.get("next_step"):
+            parts.append(Text(f"       next step: {f['next_step']}"))
+        for knob in f.get("knobs", []):
+            where = "; ".join(f"{label}: {knob[key]}" for key, label in _FRAMEWORKS if knob.get(key))
+            value = f"  (value: {knob['value']})" if knob.get("value") else ""
+            parts.append(Text(f"       → {where}{value}", style="green"))
+        parts.append(Text(f"       guide: {f['guide']}  (perfdoctor explain {f['rule']})", style="dim"))
+    return Panel(Group(*parts), title=f"findings ({len(findings)})", title_align="left")
+
