@@ -22,7 +22,8 @@ def probe_trace(tmp: Path) -> Path:
     shutil.copy(next((SAMPLES / "exposed_dp").glob("*.sqlite")), trace)
     with sqlite3.connect(trace) as conn:
         ids = [row[0] for row in conn.execute(
-            "SELECT shortName FROM CUPTI_ACTIVITY_KIND_KERNEL GROUP BY shortName ORDER BY sum(end - start) DESC LIMIT 2")]
+            "SELECT shortName FROM CUPTI_ACTIVITY_KIND_KERNEL GROUP BY shortName "
+            "ORDER BY sum(end - start) DESC LIMIT 2")]
         for sid, probe in zip(ids, (SCRIPT_PROBE, IMG_PROBE)):
             conn.execute("UPDATE StringIds SET value = ? WHERE id = ?", (probe, sid))
     conn.close()
