@@ -73,8 +73,7 @@ def _flag(flag: str, value: Any) -> str:
     if not flag.startswith("-"):
         flag = "--" + flag
     if isinstance(value, bool) or str(value).strip().lower() in ("true", "false"):
-        on = value if isinstance(value, bool) else str(value).strip().lower() == "true"
-        return flag if on else f"# remove {flag}"
+        return flag  # a switch: the rule names the flag that enacts the fix, whatever the config value's polarity
     return f"{flag} {shlex.quote(str(value))}"
 
 

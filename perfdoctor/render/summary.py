@@ -92,6 +92,6 @@ def knob_label(knob: dict[str, Any]) -> str:
     """The shortest honest name of a knob: the first framework path it gives."""
     for key in ("megatron_bridge", "megatron_lm", "nemo", "env"):
         if knob.get(key):
-            value = knob.get("value")
-            return f"{knob[key]} = {value}" if value is not None else str(knob[key])
+            value, where = knob.get("value"), str(knob[key])
+            return f"{where} = {value}" if value is not None and not any(c in where for c in "=( ") else where
     return "–"
