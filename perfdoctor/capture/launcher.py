@@ -263,9 +263,8 @@ def _run(argv: list[str], env: dict[str, str], say: Callable[[str], None]) -> tu
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
-        for pid in seen:
-            for agent in agents_of(pid):
-                kill_tree(agent, signal.SIGTERM)
+        for agent in agents_of(seen):
+            kill_tree(agent, signal.SIGTERM)
     rc = proc.returncode
     return (128 - rc if rc < 0 else rc), state["signal"]
 

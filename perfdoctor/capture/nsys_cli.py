@@ -126,7 +126,7 @@ def export_sqlite(cli: NsysCli, report: Path, *, force: bool, env: dict[str, str
         proc.wait()
         rc = None
     finally:
-        for agent in agents_of(proc.pid):
+        for agent in agents_of({proc.pid}):
             kill_tree(agent, signal.SIGKILL)
     text = log_path.read_bytes().decode(errors="replace").replace("\r", "\n")
     ok = rc == 0 and output.is_file()
@@ -172,9 +172,9 @@ def _process_parents() -> Iterator[tuple[int, int]]:
         yield int(entry.name), int(fields[1])
 
 
-def agents_of(cli_pid: int) -> list[int]:
-    """Agents started by the nsys CLI with pid ``cli_pid`` (``--session-name=profile-<exe>-<cli_pid>``)."""
-    session = re.compile(rf"--session-name=\S*-{cli_pid}")
+def agents_of(cli_pids: set[int]) -> list[int]:
+    """Agents started by nsys CLIs with these pids (``--session-name=profile-<exe>-<cli pid>``)."""
+    session = re.compile(r"--session-name=\S*-(\d+)")
     agents = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -183,6 +183,9 @@ def agents_of(cli_pid: int) -> list[int]:
             args = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
         except OSError:
             continue
-        if "--start-agent" in args and any(session.fullmatch(arg) for arg in args):
+        if "--start-agent" not in args:
+            continue
+        owners = {int(m.group(1)) for m in map(session.fullmatch, args) if m}
+        if owners & cli_pids:
             agents.append(int(entry.name))
     return agents
