@@ -20,6 +20,7 @@ from perfdoctor.measure.comm_stats import comm_stats
 from perfdoctor.measure.host import CAUSES, host_gaps, launch_stats
 from perfdoctor.measure.kernel_mix import FAMILIES, UNFUSED_KINDS, kernel_mix
 from perfdoctor.measure.layernorm import blocked_norms
+from perfdoctor.measure.memory import MEMORY_KEYS
 from perfdoctor.measure.mfu import estimate
 from perfdoctor.measure.pipeline import bubbles, theory
 from perfdoctor.measure.ranks import RANK_METRIC_KEYS
@@ -38,7 +39,7 @@ METRIC_KEYS: tuple[str, ...] = (
     "kernels.median_us",
     "ln.blocked_count", "ln.blocked_ms",
     "kernels.count_per_step", "kernels.gemm_fraction",
-    "mfu", "memory.peak_allocated_bytes", "memory.peak_reserved_bytes",
+    "mfu", *MEMORY_KEYS,  # from the rank's CUDA memory snapshot (measure/memory.py), when the run has one
     "mfu.fp8", "model.tflops_per_gpu",
     *(f"kernels.{f}_fraction" for f in FAMILIES), "kernels.unfused_ms",
     *(f"kernels.unfused.{kind}_ms" for kind in UNFUSED_KINDS), "moe.expert_gemm_launches", "memcpy.exposed_ms",
