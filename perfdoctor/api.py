@@ -13,12 +13,17 @@ from typing import Any
 from perfdoctor import __version__
 from perfdoctor.classify.groups import label_groups
 from perfdoctor.classify.timeline import copy_classes, kernel_classes
+from perfdoctor.diagnose import diagnose, load_rules
 from perfdoctor.diff import Diff, compare, read_report
+from perfdoctor.errors import InputError
+from perfdoctor.load.discover import discover_snapshots
+from perfdoctor.load.memsnap import load_snapshot, rank_from_name
 from perfdoctor.load.run import load_run
 from perfdoctor.measure.activity import activity
 from perfdoctor.measure.breakdown import activity_window, summarize
 from perfdoctor.measure.excerpt import excerpt
-from perfdoctor.measure.metrics import across_ranks, timeline_metrics
+from perfdoctor.measure.memory import MemoryMeasurement, measure_memory
+from perfdoctor.measure.metrics import METRIC_KEYS, across_ranks, timeline_metrics
 from perfdoctor.measure.pipeline import theory
 from perfdoctor.measure.ranks import rank_metrics, rank_stages
 from perfdoctor.measure.step_series import step_series
@@ -27,9 +32,12 @@ from perfdoctor.model import Report
 
 
 def analyze(paths: list[Path | str], config: dict[str, Any] | None = None,
-            progress: Callable[[int, int, str], None] | None = None) -> Report:
+            progress: Callable[[int, int, str], None] | None = None,
+            rules_dirs: list[Path | str] | None = None) -> Report:
     """Analyse trace files or run directories into one Report; ``progress(done, total, what)`` is
-    called as each timeline is analysed (the CLI's progress bar)."""
+    called as each timeline is analysed (the CLI's progress bar). Findings come from the shipped
+    rules plus those in ``rules_dirs`` (loaded first, so a bad rule file fails before the analysis)."""
+    rules = load_rules(rules_dirs)
     run = load_run([Path(p) for p in paths], config)
     devices, per_rank = [], {}
     series, excerpts = {}, []
@@ -50,20 +58,50 @@ def analyze(paths: list[Path | str], config: dict[str, Any] | None = None,
             series[str(tl.rank)] = step_series(tl.kernels, act, steps, groups)
         if steps is not None:
             per_rank[str(tl.rank)], device.evidence = timeline_metrics(tl, kcls, act, steps, groups, run.config)
+    memory_warnings = []
+    for tl, device in zip(run.timelines, devices):
+        if tl.memory is not None:
+            mem = measure_memory(tl.memory, tl.device_id, tl.gpu.total_memory if tl.gpu else None, tl.trace.env)
+            per_rank.setdefault(str(tl.rank), dict.fromkeys(METRIC_KEYS)).update(mem.metrics)
+            device.evidence["memory"] = mem.evidence
+            memory_warnings.extend(mem.warnings)
     stages = rank_stages(run)
     for device in devices:
         if (run.config.get("pp") or 1) > 1 and stages.get(str(device.rank)) is not None:
             device.evidence["pipeline"] = {"stage": stages[str(device.rank)]}
     metrics_all = across_ranks(per_rank) | rank_metrics(per_rank, stages)
-    warnings = list(run.warnings)
+    warnings = list(run.warnings) + memory_warnings
     if (run.config.get("pp") or 1) > 1 and (missing := theory(run.config)[1]):
         flag = "--" + missing[0].replace("_", "-")
         warnings.append(f"pipeline bubble theory needs {', '.join(missing)} (give it with {flag})")
     if any(d.step_source == "window" for d in devices if d.window):
         warnings.append("no step markers found (perfdoctor `step` or `ProfilerStep#N` ranges): "
                         "the whole capture window is treated as one step")
-    return Report(tool_version=__version__, run=run, devices=devices,
-                  metrics={"all": metrics_all, "ranks": per_rank}, warnings=warnings, series=series, excerpts=excerpts)
+    report = Report(tool_version=__version__, run=run, devices=devices,
+                    metrics={"all": metrics_all, "ranks": per_rank}, warnings=warnings, series=series,
+                    excerpts=excerpts)
+    report.findings = diagnose(report, rules)
+    return report
+
+
+def memory(paths: list[Path | str], device_total_bytes: int | None = None,
+           device: int | None = None) -> list[MemoryMeasurement]:
+    """Analyse CUDA memory snapshots on their own (``perfdoctor memory``): one measurement per file,
+    in rank order. ``device_total_bytes`` is the GPU's memory, for the headroom (a snapshot does not
+    record it)."""
+    files: list[Path] = []
+    for path in map(Path, paths):
+        if not path.exists():
+            raise InputError(f"{path}: no such file or directory")
+        files.extend([path] if path.is_file() else discover_snapshots([path]))  # a file is taken as given
+    if not files:
+        raise InputError(f"{paths[0]}: no memory snapshots (*.pickle) found")
+    out = []
+    for path in files:
+        mem = measure_memory(load_snapshot(path), device, device_total_bytes)
+        mem.rank = rank_from_name(path)
+        out.append(mem)
+    return sorted(out, key=lambda m: (m.rank is None, m.rank or 0))
 
 
 def diff(base: Path | str, head: Path | str, config: dict[str, Any] | None = None) -> Diff:

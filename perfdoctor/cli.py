@@ -84,6 +84,8 @@ def analyze(
         = PlotlyJs.inline,
     fail_on: Annotated[Optional[FailOn], typer.Option("--fail-on", help="Exit 1 when a finding has this severity or "
                                                       "higher (CI gating).")] = None,
+    rules: Annotated[Optional[list[Path]], typer.Option("--rules", help="Directory of extra rule files (*.yaml); "
+                                                        "repeatable.")] = None,
 ) -> None:
     """Measure where each GPU's time goes and print the breakdown."""
     from perfdoctor import api
@@ -91,7 +93,8 @@ def analyze(
 
     config = {"tp": tp, "pp": pp, "vpp": vpp, "cp": cp, "dp": dp, "ep": ep, "num_microbatches": num_microbatches}
     with analysis_progress() as progress:
-        report = api.analyze(paths, {k: v for k, v in config.items() if v is not None}, progress=progress)
+        report = api.analyze(paths, {k: v for k, v in config.items() if v is not None}, progress=progress,
+                             rules_dirs=rules)
     _write_reports(report, html, markdown, plotly_js.value)
     if output_format is OutputFormat.json:
         from perfdoctor.render.json import render_json
@@ -113,6 +116,60 @@ def analyze(
             sys.stderr.write(f"perfdoctor: {len(failing)} finding(s) at or above --fail-on {fail_on.value}: "
                              f"{', '.join(failing)}\n")
             raise typer.Exit(1)
+
+
+class RulesFormat(str, Enum):
+    table = "table"
+    json = "json"
+
+
+@app.command("rules")
+def list_rules(
+    rules: Annotated[Optional[list[Path]], typer.Option("--rules", help="Directory of extra rule files; repeatable.")]
+        = None,
+    output_format: Annotated[RulesFormat, typer.Option("--format", "-f", help="Output format.")] = RulesFormat.table,
+    metrics: Annotated[bool, typer.Option("--metrics", help="List the metric names rules can use instead.")] = False,
+) -> None:
+    """List the diagnosis rules (shipped catalog plus --rules directories)."""
+    import json
+
+    from perfdoctor.diagnose.explain import rule_row
+    from perfdoctor.diagnose.rules import known_metrics, load_rules
+
+    if metrics:
+        names = sorted(known_metrics())
+        _emit(json.dumps(names, indent=2) + "\n" if output_format is RulesFormat.json else "\n".join(names) + "\n",
+              None)
+        return
+    rows = [rule_row(r) for r in load_rules(rules)]
+    if output_format is RulesFormat.json:
+        _emit(json.dumps(rows, indent=2) + "\n", None)
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{len(rows)} rules (perfdoctor explain RULE for details)")
+    for column in ("rule", "scope", "title"):
+        table.add_column(column, overflow="fold")
+    for row in rows:
+        table.add_row(row["id"] + ("" if row["builtin"] else " (user)"), row["scope"], row["title"])
+    Console().print(table)
+
+
+@app.command()
+def explain(
+    rule_id: Annotated[str, typer.Argument(metavar="RULE", help="Rule id, e.g. exposed-dp-comm.")],
+    rules: Annotated[Optional[list[Path]], typer.Option("--rules", help="Directory of extra rule files; repeatable.")]
+        = None,
+) -> None:
+    """Explain one rule: what it detects, why it happens, how to fix it per framework, how to verify."""
+    from perfdoctor.diagnose.explain import explain_text
+    from perfdoctor.diagnose.rules import load_rules
+
+    catalog = {r.id: r for r in load_rules(rules)}
+    if rule_id not in catalog:
+        raise UsageError(f"unknown rule {rule_id!r} (see `perfdoctor rules`)")
+    _emit(explain_text(catalog[rule_id]), None)
 
 
 @app.command()
@@ -168,6 +225,99 @@ def diff(
         sys.stderr.write(f"perfdoctor: step time regressed by {d.step_regression_pct:.1f} % "
                          f"(> --fail-on-regression {fail_on_regression:g})\n")
         raise typer.Exit(1)
+
+
+@app.command()
+def memory(
+    paths: Annotated[list[Path], typer.Argument(help="PyTorch CUDA memory snapshots (*.pickle from "
+                                                "torch.cuda.memory._dump_snapshot), or run directories.")],
+    output_format: Annotated[OutputFormat, typer.Option("--format", "-f", help="Output format.")] =
+        OutputFormat.terminal,
+    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write to FILE instead of stdout.")] = None,
+    device_memory: Annotated[Optional[float], typer.Option(
+        "--device-memory", metavar="GIB", help="GPU memory in GiB (e.g. 80), for the headroom.")] = None,
+    device: Annotated[Optional[int], typer.Option(help="Device to measure (default: the one holding the most).")]
+        = None,
+) -> None:
+    """Peak allocated/reserved memory, fragmentation, headroom and top allocation sites of snapshots.
+
+    Snapshots are read without running any code from them (a pickle that asks for a function is refused).
+    """
+    from perfdoctor import __version__, api
+
+    if device_memory is not None and device_memory <= 0:
+        raise UsageError("--device-memory must be a positive number of GiB")
+    total = int(device_memory * (1 << 30)) if device_memory is not None else None
+    measurements = api.memory(paths, device_total_bytes=total, device=device)
+    if output_format is OutputFormat.json:
+        from perfdoctor.render.memory import render_memory_json
+
+        _emit(render_memory_json(measurements, __version__), output)
+    else:
+        from rich.console import Console
+
+        from perfdoctor.render.memory import render_memory_terminal
+
+        if output is None:
+            render_memory_terminal(measurements, Console())
+        else:
+            with _open_output(output) as fh:
+                render_memory_terminal(measurements, Console(file=fh, width=120, no_color=True))
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def capture(
+    ctx: typer.Context,
+    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Run directory (default: "
+                                                "perfdoctor-runs/<date-time>).")] = None,
+    steps: Annotated[Optional[str], typer.Option(help="Optimizer steps to capture, A-B (from 0), e.g. 10-12.")]
+        = None,
+    ranks: Annotated[str, typer.Option(help="Ranks to profile: all, or a list like 0,1,8.")] = "all",
+    per_rank: Annotated[Optional[bool], typer.Option("--per-rank/--per-node", help="One report per rank, or one per "
+                                                     "node (default: per node; per rank under srun alone).")]
+        = None,
+    memory: Annotated[bool, typer.Option("--memory/--no-memory", help="Record CUDA memory history and dump a "
+                                         "snapshot per rank at the end of the window.")] = True,
+    memory_max_entries: Annotated[int, typer.Option(help="Allocator events kept per rank (ring buffer).")]
+        = 100_000,
+    nsys_arg: Annotated[Optional[list[str]], typer.Option("--nsys-arg", help="Extra `nsys profile` argument "
+                                                          "(repeatable; write --nsys-arg=--flag=value).")] = None,
+    nsys: Annotated[Optional[str], typer.Option("--nsys", help="The nsys CLI to use (default: nsys on PATH).")]
+        = None,
+    force: Annotated[bool, typer.Option("--force", help="Write into a non-empty run directory, overwriting "
+                                        "files of the same names.")] = False,
+    run_analyze: Annotated[bool, typer.Option("--analyze", help="Run `perfdoctor analyze RUN_DIR` at the end.")]
+        = False,
+) -> None:
+    """Run a training command under nsys with perfdoctor's per-rank labels: perfdoctor capture [OPTIONS] -- CMD ...
+
+    CMD is `torchrun ...`, `python ...` or `srun ...`. The training code is not modified: a sitecustomize
+    hook labels steps, collectives (by parallel group), GC and micro-batches, and records CUDA memory
+    history. The exit code is the training command's.
+    """
+    from perfdoctor.capture.launcher import CaptureOptions, parse_ranks, parse_steps, run_capture
+
+    if memory_max_entries <= 0:
+        raise UsageError("--memory-max-entries must be positive")
+    options = CaptureOptions(command=list(ctx.args), out=out, steps=parse_steps(steps), ranks=parse_ranks(ranks),
+                             per_rank=per_rank, memory=memory, memory_max_entries=memory_max_entries,
+                             nsys_args=list(nsys_arg or []), nsys=nsys, force=force)
+
+    def say(line: str) -> None:
+        sys.stderr.write(f"perfdoctor: {line}\n")
+
+    result = run_capture(options, say)
+    for note in result.notes:
+        say(note)
+    say(f"run directory {result.run_dir}: {len(result.reports)} report(s), {len(result.exports)} SQLite "
+        f"export(s), manifest.json; training exit code {result.exit_code}")
+    if run_analyze:
+        if result.exports or any(result.run_dir.glob("*.sqlite")):
+            analyze([result.run_dir])
+        else:
+            say("--analyze: nothing to analyse (no SQLite export)")
+    if result.exit_code:
+        raise typer.Exit(result.exit_code)
 
 
 @app.command()
