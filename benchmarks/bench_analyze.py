@@ -2,7 +2,8 @@
 
 Issue 4's budget: all measurements on a 1,000,000-kernel trace add at most 50 % to the load time.
 Generates a clean_baseline-style trace with enough steps (perfdoctor.synth), then times
-``load_run`` alone and ``api.analyze`` (load + classify + measure) on it.
+``load_run`` alone and ``api.analyze`` (load + classify + measure + diagnose, as `perfdoctor analyze` runs
+it without --html) on it.
 Run: ``python benchmarks/bench_analyze.py [--kernels N] [--trace FILE]``.
 """
 
@@ -43,7 +44,7 @@ def main() -> None:
             print(f"generated in {time.perf_counter() - t0:.1f} s ({trace.stat().st_size / 2**20:.0f} MiB)")
         api.analyze([trace])  # warm caches and imports
         load = min(_time(lambda: load_run([trace])) for _ in range(args.repeat))
-        full = min(_time(lambda: api.analyze([trace])) for _ in range(args.repeat))
+        full = min(_time(lambda: api.analyze([trace], timeline_excerpts=False)) for _ in range(args.repeat))
         report = api.analyze([trace])
         kernels = sum(d.kernel_count for d in report.devices)
         print(f"kernels                {kernels:,} in {report.metrics['all'] and len(report.devices)} timeline(s)")

@@ -33,10 +33,12 @@ from perfdoctor.model import Report
 
 def analyze(paths: list[Path | str], config: dict[str, Any] | None = None,
             progress: Callable[[int, int, str], None] | None = None,
-            rules_dirs: list[Path | str] | None = None) -> Report:
+            rules_dirs: list[Path | str] | None = None, timeline_excerpts: bool = True) -> Report:
     """Analyse trace files or run directories into one Report; ``progress(done, total, what)`` is
     called as each timeline is analysed (the CLI's progress bar). Findings come from the shipped
-    rules plus those in ``rules_dirs`` (loaded first, so a bad rule file fails before the analysis)."""
+    rules plus those in ``rules_dirs`` (loaded first, so a bad rule file fails before the analysis).
+    ``timeline_excerpts``: draw the representative step for the HTML report (the CLI skips it when no
+    HTML is wanted: it costs a pass over the kernels)."""
     rules = load_rules(rules_dirs)
     run = load_run([Path(p) for p in paths], config)
     devices, per_rank = [], {}
@@ -53,7 +55,8 @@ def analyze(paths: list[Path | str], config: dict[str, Any] | None = None,
         device = summarize(tl, kcls, ccls, act, steps)
         device.groups = groups.summary(tl.kernels)
         devices.append(device)
-        excerpts.append(excerpt(tl, kcls, act, steps, groups, run.config) if steps is not None else None)
+        excerpts.append(excerpt(tl, kcls, act, steps, groups, run.config)
+                        if steps is not None and timeline_excerpts else None)
         if steps is not None:
             series[str(tl.rank)] = step_series(tl.kernels, act, steps, groups)
         if steps is not None:

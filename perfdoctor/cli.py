@@ -94,7 +94,7 @@ def analyze(
     config = {"tp": tp, "pp": pp, "vpp": vpp, "cp": cp, "dp": dp, "ep": ep, "num_microbatches": num_microbatches}
     with analysis_progress() as progress:
         report = api.analyze(paths, {k: v for k, v in config.items() if v is not None}, progress=progress,
-                             rules_dirs=rules)
+                             rules_dirs=rules, timeline_excerpts=html is not None)
     _write_reports(report, html, markdown, plotly_js.value)
     if output_format is OutputFormat.json:
         from perfdoctor.render.json import render_json

@@ -138,8 +138,8 @@ def _highlights(tl: Timeline, kcls: pd.DataFrame, act: Activity, one: Steps, gro
     window = (np.array([lo], dtype=np.int64), np.array([hi], dtype=np.int64))
     compute = iv.intersect(act.compute, window)
     if groups.any_labelled:
-        for g in GROUPS:
-            mine = groups.group == g
+        for i, g in enumerate(GROUPS):
+            mine = groups.codes == i
             if mine.any():
                 add("exposed_comm", g, iv.subtract(iv.union(start[mine], end[mine]), compute))
     else:
