@@ -36,6 +36,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from perfdoctor.capture.nsys_cli import kill_tree
+
 DEFAULT_TIMEOUT_S = 120.0
 _VERSION_RE = re.compile(r"version (\d+\.\d+\.\d+(?:\.\d+)?)")
 _LOG_TAIL_CHARS = 2000
@@ -222,50 +224,17 @@ def _run_watched(argv: list[str], *, env: dict[str, str], timeout_s: float) -> t
         rc: int | None = proc.wait(timeout=timeout_s)
     except subprocess.TimeoutExpired:
         rc = None
-        _kill_tree(proc.pid)
+        kill_tree(proc.pid, signal.SIGKILL)
         proc.wait()
     finally:
         # The agent is only found while the CLI's pid names it; it survives both a failed start
         # and a killed CLI.
         for agent in _agents_of(proc.pid):
-            _kill_tree(agent)
+            kill_tree(agent, signal.SIGKILL)
     text = log_path.read_bytes().decode(errors="replace")
     return rc, text.replace("\r", "\n")
 
 
-def _kill_tree(root: int) -> None:
-    """SIGKILL ``root`` and everything below it (snapshotted first: children get re-parented)."""
-    for pid in [root, *_descendants(root)]:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):  # gone already, or not ours to end
-            pass
-
-
-def _descendants(root: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for pid, ppid in _process_parents():
-        children.setdefault(ppid, []).append(pid)
-    found: list[int] = []
-    stack = [root]
-    while stack:
-        for child in children.get(stack.pop(), []):
-            found.append(child)
-            stack.append(child)
-    return found
-
-
-def _process_parents() -> Iterator[tuple[int, int]]:
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        # "pid (comm) state ppid ...": comm may hold spaces and parentheses.
-        fields = stat.rsplit(")", 1)[1].split()
-        yield int(entry.name), int(fields[1])
 
 
 def _agents_of(cli_pid: int) -> list[int]:
