@@ -61,15 +61,10 @@ def host_gaps(tl: Timeline, steps: Steps, busy: iv.Intervals) -> HostGaps:
     step_of = np.clip(np.searchsorted(steps.starts, g0, side="right") - 1, 0, n - 1)
     length = (g1 - g0).astype(np.float64)
 
-    ops = _ops(tl)
-    op_start = ops["start"].to_numpy()
-    call_start, _, call_tid = launch_calls(ops, tl.api)
-    nxt = np.searchsorted(op_start, g1, side="left")  # the op that ends the gap (first start >= gap end)
-    has_next = nxt < op_start.size
-    nxt_c = np.minimum(nxt, max(op_start.size - 1, 0))
-    next_launch = np.where(has_next, call_start[nxt_c] if op_start.size else -1, -1)
-    next_tid = np.where(has_next, call_tid[nxt_c] if op_start.size else -1, -1)
-    main_tid = _main_thread(call_tid)
+    has_next, next_corr = _next_ops(tl, g1)  # the op that ends the gap (first start >= gap end)
+    next_launch, _, next_tid = launch_calls(pd.DataFrame({"correlation_id": next_corr}), tl.api)
+    main_tid = _main_thread(np.concatenate([kernel_launch_calls(tl)[2], launch_calls(tl.memcpy, tl.api)[2],
+                                            launch_calls(tl.memset, tl.api)[2]]))
     # No later op: the CPU never launched again within the trace; look at the main launching thread.
     next_tid = np.where(has_next, next_tid, main_tid)
     unknown = has_next & (next_launch < 0)
@@ -93,11 +88,23 @@ def host_gaps(tl: Timeline, steps: Steps, busy: iv.Intervals) -> HostGaps:
     return HostGaps(by_cause, device_wait, idle, (g0[waiting], g1[waiting]), spans)
 
 
-def _ops(tl: Timeline) -> pd.DataFrame:
-    """Every device op with its correlation id, sorted by start."""
-    cols = ["start", "end", "correlation_id"]
-    ops = pd.concat([tl.kernels[cols], tl.memcpy[cols], tl.memset[cols]], ignore_index=True)
-    return ops.sort_values("start", kind="stable").reset_index(drop=True)
+def _next_ops(tl: Timeline, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For each instant ``t[i]``: whether a device op (kernel, copy, fill) starts at or after it, and the
+    correlation id of the first one (a kernel wins a tie). One search per table and gap, instead of
+    merging and sorting every op of the timeline."""
+    first = np.full(t.size, np.iinfo(np.int64).max, dtype=np.int64)
+    corr = np.full(t.size, -1, dtype=np.int64)
+    for table in (tl.kernels, tl.memcpy, tl.memset):
+        if not len(table):
+            continue
+        start, ids = table["start"].to_numpy(), table["correlation_id"].to_numpy()
+        if not np.all(start[1:] >= start[:-1]):  # kernels come sorted; copies and fills may not
+            order = np.argsort(start, kind="stable")
+            start, ids = start[order], ids[order]
+        i = np.minimum(np.searchsorted(start, t, side="left"), start.size - 1)
+        earlier = (start[i] >= t) & (start[i] < first)
+        first[earlier], corr[earlier] = start[i][earlier], ids[i][earlier]
+    return first < np.iinfo(np.int64).max, corr
 
 
 def _main_thread(call_tid: np.ndarray) -> int:

@@ -7,10 +7,10 @@ import pytest
 from perfdoctor.capture.command import parse_launch, report_pattern, wrap
 from perfdoctor.capture.nsys_cli import NsysCli, parse_profile_help, profile_args
 from perfdoctor.errors import UsageError
-from tests.paths import SHARED
+from tests.paths import REPO
 
 NSYS = ["nsys", "profile", "--output=RUN/x"]
-HELP = SHARED / "research" / "nsys_schema_artifacts"
+HELP = REPO / "tests" / "data" / "nsys_profile_help"
 
 
 def test_torchrun_per_node_wraps_the_launcher() -> None:
