@@ -9,15 +9,19 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from enum import Enum
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import typer
 from typer.exceptions import TyperException
 
 from perfdoctor import __version__
 from perfdoctor.errors import PerfdoctorError, UsageError
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 app = typer.Typer(
     name="perfdoctor",
@@ -101,15 +105,9 @@ def analyze(
 
         _emit(render_json(report), output)
     else:
-        from rich.console import Console
-
         from perfdoctor.render.terminal import render_terminal
 
-        if output is None:
-            render_terminal(report, Console())
-        else:
-            with _open_output(output) as fh:
-                render_terminal(report, Console(file=fh, width=120, no_color=True))
+        _print_rich(lambda console, to_file: render_terminal(report, console), output)
     if fail_on is not None:
         failing = _failing_findings(report.findings, fail_on.value)
         if failing:
@@ -212,15 +210,9 @@ def diff(
 
         _emit(render_diff_markdown(d), output)
     else:
-        from rich.console import Console
-
         from perfdoctor.render.diff_terminal import render_diff_terminal
 
-        if output is None:
-            render_diff_terminal(d, Console())
-        else:
-            with _open_output(output) as fh:
-                render_diff_terminal(d, Console(file=fh, width=120, no_color=True), show_all=True)
+        _print_rich(lambda console, to_file: render_diff_terminal(d, console, show_all=to_file), output)
     if fail_on_regression is not None and d.step_regression_pct > fail_on_regression:
         sys.stderr.write(f"perfdoctor: step time regressed by {d.step_regression_pct:.1f} % "
                          f"(> --fail-on-regression {fail_on_regression:g})\n")
@@ -254,15 +246,9 @@ def memory(
 
         _emit(render_memory_json(measurements, __version__), output)
     else:
-        from rich.console import Console
-
         from perfdoctor.render.memory import render_memory_terminal
 
-        if output is None:
-            render_memory_terminal(measurements, Console())
-        else:
-            with _open_output(output) as fh:
-                render_memory_terminal(measurements, Console(file=fh, width=120, no_color=True))
+        _print_rich(lambda console, to_file: render_memory_terminal(measurements, console), output)
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
@@ -359,6 +345,18 @@ def _open_output(path: Path):
         return path.open("w", encoding="utf-8")
     except OSError as exc:
         raise UsageError(f"{path}: cannot write ({exc.strerror})") from None
+
+
+def _print_rich(draw: Callable[[Console, bool], None], output: Path | None) -> None:
+    """Draw rich output on the terminal, or into ``output`` as plain text 120 columns wide;
+    ``draw(console, to_file)``."""
+    from rich.console import Console
+
+    if output is None:
+        draw(Console(), False)
+        return
+    with _open_output(output) as fh:
+        draw(Console(file=fh, width=120, no_color=True), True)
 
 
 def _emit(text: str, output: Path | None) -> None:

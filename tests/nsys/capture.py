@@ -36,7 +36,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from perfdoctor.capture.nsys_cli import kill_tree
+from perfdoctor.capture.nsys_cli import agents_of, kill_tree
 
 DEFAULT_TIMEOUT_S = 120.0
 _VERSION_RE = re.compile(r"version (\d+\.\d+\.\d+(?:\.\d+)?)")
@@ -229,28 +229,10 @@ def _run_watched(argv: list[str], *, env: dict[str, str], timeout_s: float) -> t
     finally:
         # The agent is only found while the CLI's pid names it; it survives both a failed start
         # and a killed CLI.
-        for agent in _agents_of(proc.pid):
+        for agent in agents_of({proc.pid}):
             kill_tree(agent, signal.SIGKILL)
     text = log_path.read_bytes().decode(errors="replace")
     return rc, text.replace("\r", "\n")
-
-
-
-
-def _agents_of(cli_pid: int) -> list[int]:
-    """Agents started by the CLI with pid ``cli_pid`` (``--session-name=profile-<exe>-<cli_pid>``)."""
-    session = re.compile(rf"--session-name=profile-.*-{cli_pid}")
-    agents = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            args = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
-        except OSError:
-            continue
-        if "--start-agent" in args and any(session.fullmatch(arg) for arg in args):
-            agents.append(int(entry.name))
-    return agents
 
 
 def _tail(logs: list[str]) -> str:
