@@ -4,7 +4,8 @@ Several detectors need the same derived arrays — the distinct kernel names, ea
 call — and on a million-kernel trace each recomputation costs tens of milliseconds. ``per_object``
 caches a one-argument function's result for as long as its argument lives, keyed by identity (tables
 are not hashable, and two equal tables are still two inputs). Results are shared: callers must treat
-them as read-only.
+them as read-only. ``fn.prime(obj, result)`` stores a result its producer computed anyway (the
+kernel taxonomy knows its codes while it builds the table).
 """
 
 from __future__ import annotations
@@ -20,14 +21,17 @@ T = TypeVar("T")
 def per_object(fn: Callable[[Any], T]) -> Callable[[Any], T]:
     cache: dict[int, tuple[weakref.ref, T]] = {}
 
-    @functools.wraps(fn)
-    def cached(obj: Any) -> T:
+    def remember(obj: Any, result: T) -> T:
         key = id(obj)
-        hit = cache.get(key)
-        if hit is not None and hit[0]() is obj:
-            return hit[1]
-        result = fn(obj)
         cache[key] = (weakref.ref(obj, lambda _ref, key=key: cache.pop(key, None)), result)
         return result
 
+    @functools.wraps(fn)
+    def cached(obj: Any) -> T:
+        hit = cache.get(id(obj))
+        if hit is not None and hit[0]() is obj:
+            return hit[1]
+        return remember(obj, fn(obj))
+
+    cached.prime = remember  # type: ignore[attr-defined]  # a producer that already knows the result
     return cached

@@ -69,7 +69,8 @@ class Timeline:
 
     Tables (pandas DataFrames, integer ns, one row per event):
       kernels   start end stream correlation_id launch_type grid_x grid_y grid_z block_x block_y block_z
-                short_name demangled_name (categoricals)
+                short_name demangled_name (categoricals); sorted by start (the loader sorts once, so
+                measurements rely on it instead of sorting a million rows again)
       memcpy    start end stream correlation_id bytes copy_kind
       memset    start end stream correlation_id bytes
       sync      start end stream correlation_id sync_type

@@ -14,8 +14,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from perfdoctor.classify.group_heuristics import group_sizes, heuristic_groups
-from perfdoctor.classify.groups import label_groups
+from perfdoctor.classify.group_heuristics import CONFIDENCE, group_sizes, heuristic_groups
+from perfdoctor.classify.groups import GROUPS, decode, label_groups
 from perfdoctor.classify.timeline import kernel_classes
 from perfdoctor.load.run import load_run
 from perfdoctor.model import Timeline
@@ -42,16 +42,19 @@ def traces(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, Pa
 
 
 def _facts(tl: Timeline, kcls: pd.DataFrame) -> np.ndarray:
-    """Groups known without guessing: NVTX labels, and TP for userbuffers kernels."""
+    """Group codes known without guessing: NVTX labels, and TP for userbuffers kernels (else -1)."""
     labels = label_groups(tl, kcls)
-    return np.where((labels.source == "nvtx") | (kcls["library"] == "userbuffers").to_numpy(), labels.group, None)
+    fact = (labels.source == "nvtx") | (kcls["library"] == "userbuffers").to_numpy()
+    return np.where(fact, labels.codes, -1).astype(np.int8)
 
 
 def _guess(tl: Timeline, config: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Group and confidence names (None where unlabelled), and the comm mask."""
     kcls = kernel_classes(tl.kernels)
     known = _facts(tl, kcls)
     group, confidence = heuristic_groups(tl.kernels, kcls, config, known)
-    return np.where(group != None, group, known), confidence, (kcls["category"] == "comm").to_numpy()  # noqa: E711
+    return (decode(np.where(group >= 0, group, known), GROUPS), decode(confidence, CONFIDENCE),
+            (kcls["category"] == "comm").to_numpy())
 
 
 def accuracy(labelled: Path, bare: Path, config: dict | None = None) -> float:
@@ -60,7 +63,7 @@ def accuracy(labelled: Path, bare: Path, config: dict | None = None) -> float:
     ref_run, bare_run = load_run([labelled]), load_run([bare])
     for ref_tl, tl in zip(ref_run.timelines, bare_run.timelines):
         assert len(ref_tl.kernels) == len(tl.kernels)
-        ref = _facts(ref_tl, kernel_classes(ref_tl.kernels))
+        ref = decode(_facts(ref_tl, kernel_classes(ref_tl.kernels)), GROUPS)
         got = _guess(tl, ref_run.config if config is None else config)[0]
         dur = (tl.kernels["end"] - tl.kernels["start"]).to_numpy().astype(np.float64)
         has_ref = ref != None  # noqa: E711
@@ -112,8 +115,8 @@ def test_nvtx_labels_are_never_overridden(traces):
     ref = label_groups(tl, kcls)
     nvtx = ref.source == "nvtx"
     assert nvtx.any()
-    group, _ = heuristic_groups(tl.kernels, kcls, {}, np.where(nvtx, ref.group, None))
-    assert all(g is None for g in group[nvtx])
+    group, _ = heuristic_groups(tl.kernels, kcls, {}, np.where(nvtx, ref.codes, -1).astype(np.int8))
+    assert (group[nvtx] == -1).all()
 
 
 def test_real_trace_guess_is_sensible_and_flagged_low():

@@ -10,8 +10,9 @@ import pytest
 import yaml
 
 from perfdoctor import api
-from perfdoctor.classify.timeline import kernel_classes
+from perfdoctor.classify.timeline import category_mask, kernel_classes
 from perfdoctor.load.run import load_run
+from perfdoctor.measure import intervals as iv
 from perfdoctor.measure.kernel_mix import kernel_mix, unfused_kind
 from perfdoctor.measure.steps import Steps
 from perfdoctor.model import Timeline, TraceInfo
@@ -77,7 +78,13 @@ def _mix(directory: Path):
     tl = run.timelines[0]
     kcls = kernel_classes(tl.kernels)
     start, end = int(tl.kernels["start"].min()), int(tl.kernels["end"].max())
-    return kernel_mix(tl, kcls, Steps(np.array([start]), np.array([end]), "window"))
+    return kernel_mix(tl, kcls, Steps(np.array([start]), np.array([end]), "window"), _compute(tl, kcls))
+
+
+def _compute(tl: Timeline, kcls: pd.DataFrame) -> iv.Intervals:
+    """The union of the compute (non-comm) kernels, as ``Activity.compute`` has it."""
+    compute = ~category_mask(kcls, "comm")
+    return iv.union(tl.kernels["start"].to_numpy()[compute], tl.kernels["end"].to_numpy()[compute])
 
 
 def test_attention_implementation() -> None:
@@ -124,6 +131,6 @@ def test_exposed_host_copies() -> None:
         [(50, 150, 1), (200, 250, 2), (320, 380, 1), (500, 900, 8), (1050, 1100, 2)],
     )
     kcls = kernel_classes(tl.kernels)
-    mix = kernel_mix(tl, kcls, Steps(np.array([0, 600]), np.array([600, 1200]), "nvtx-step"))
+    mix = kernel_mix(tl, kcls, Steps(np.array([0, 600]), np.array([600, 1200]), "nvtx-step"), _compute(tl, kcls))
     # step 0: 100..150 (50) + 200..250 (50) + 320..380 under NCCL (60); step 1: copy under the GEMM
     assert mix.memcpy_exposed_ns.tolist() == [160.0, 0.0]

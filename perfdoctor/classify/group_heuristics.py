@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from perfdoctor.classify.kernels import classify_kernel
-from perfdoctor.classify.timeline import category_mask
+from perfdoctor.classify.timeline import category_mask, class_codes
 
 CANDIDATES = ("dp", "tp", "cp", "pp", "ep")
 CONFIDENCE = ("low", "medium", "high")
@@ -44,6 +44,7 @@ ULYSSES_SHARE = 0.25
 # collective and the GEMM it feeds.
 OTHER, GEMM, ATTENTION, OPTIMIZER, MOE = 0, 1, 2, 3, 4
 COMM, TRANSPARENT = -1, -2
+_KIND_CODES = {"moe": MOE, "cast_transpose": TRANSPARENT, "fp8_scaling": TRANSPARENT}
 _NONE = np.iinfo(np.int64).max // 4  # distance to a neighbour that does not exist
 
 # Evidence scores (higher wins); a baseline is what a collective type is when nothing else is known.
@@ -52,35 +53,36 @@ STRONG = 2.0
 
 def heuristic_groups(kernels: pd.DataFrame, kcls: pd.DataFrame, config: dict[str, Any],
                      known: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Group and confidence (object arrays aligned with ``kernels``) for comm kernels ``known`` leaves
-    ``None``; ``None`` elsewhere, and where the config rules out every candidate group."""
+    """Group (index into ``CANDIDATES``) and confidence (index into ``CONFIDENCE``), int8 arrays aligned
+    with ``kernels``, for the comm kernels whose ``known`` group code is negative; −1 elsewhere, and
+    where the config rules out every candidate group. ``known``: group codes found by other means."""
     n = len(kernels)
-    group = np.full(n, None, dtype=object)
-    confidence = np.full(n, None, dtype=object)
+    group = np.full(n, -1, dtype=np.int8)
+    confidence = np.full(n, -1, dtype=np.int8)
     comm = category_mask(kcls, "comm")
-    todo = comm & (known == None)  # noqa: E711 (elementwise on an object array)
+    idx = np.flatnonzero(comm)
+    todo = known[idx] < 0
     if not todo.any():
         return group, confidence
     codes = _codes(kernels, kcls)
-    collective = kcls["collective"].to_numpy(dtype=object)
-    idx = np.flatnonzero(comm)
-    scores = _scores(_neighbours(kernels, codes, idx), collective[idx])
+    coll_codes, colls = class_codes(kcls)["collective"]
+    collective = np.array(colls, dtype=object)[coll_codes[idx]]
+    scores = _scores(_neighbours(kernels, codes, idx), collective)
     sizes = group_sizes(config)
     ruled_out = np.array([sizes[g] is not None and sizes[g] <= 1 for g in CANDIDATES])
     scores[:, ruled_out] = -np.inf
     best = np.argmax(scores, axis=1)
     winner = np.where(np.isfinite(scores.max(axis=1)), best, -1)
     strong = scores.max(axis=1) >= STRONG
-    _ulysses(kernels["stream"].to_numpy()[idx], collective[idx], winner, strong, ruled_out)
+    _ulysses(kernels["stream"].to_numpy()[idx], collective, winner, strong, ruled_out)
     conf = np.zeros(idx.size, dtype=np.int64)  # index into CONFIDENCE
     _per_stream(kernels, comm, idx, known, winner, conf)
     confirmed = np.array([sizes[g] is not None and sizes[g] > 1 for g in CANDIDATES])
     bump = (winner >= 0) & confirmed[np.maximum(winner, 0)]
     conf = np.minimum(conf + bump, len(CONFIDENCE) - 1)
-    mine = todo[idx] & (winner >= 0)
-    names = np.array(CANDIDATES, dtype=object)
-    group[idx[mine]] = names[winner[mine]]
-    confidence[idx[mine]] = np.array(CONFIDENCE, dtype=object)[conf[mine]]
+    mine = todo & (winner >= 0)
+    group[idx[mine]] = winner[mine]
+    confidence[idx[mine]] = conf[mine]
     return group, confidence
 
 
@@ -106,10 +108,10 @@ def _codes(kernels: pd.DataFrame, kcls: pd.DataFrame) -> np.ndarray:
     codes[category_mask(kcls, "optimizer")] = OPTIMIZER
     codes[category_mask(kcls, "comm")] = COMM
     names = kernels["short_name"].cat  # distinct names are the categories: no sort of a million strings
-    kinds = np.array([classify_kernel(str(s)).kind for s in names.categories], dtype=object)[names.codes.to_numpy()]
-    codes[(kinds == "moe") & (codes == OTHER)] = MOE
-    codes[np.isin(kinds, ("cast_transpose", "fp8_scaling")) & (codes == OTHER)] = TRANSPARENT
-    return codes
+    kind_code = np.array([_KIND_CODES.get(classify_kernel(str(s)).kind, OTHER) for s in names.categories]
+                         + [OTHER], dtype=np.int64)  # last: a missing name (code -1)
+    by_kind = kind_code[names.codes.to_numpy()]
+    return np.where(codes == OTHER, by_kind, codes)
 
 
 def _launch_order(kernels: pd.DataFrame) -> np.ndarray:
@@ -205,17 +207,16 @@ def _per_stream(kernels: pd.DataFrame, comm: np.ndarray, idx: np.ndarray, known:
     inverse, streams = pd.factorize(stream)
     share = np.bincount(inverse, weights=comm.astype(np.float64)) / np.bincount(inverse)
     dur = (kernels["end"].to_numpy() - kernels["start"].to_numpy()).astype(np.float64)[idx]
-    names = list(CANDIDATES)
     for k in np.flatnonzero(share >= COMM_STREAM_SHARE):
         mine = inverse[idx] == k
-        labelled = {g for g in known[idx[mine]] if g in CANDIDATES}
+        labelled = [int(g) for g in np.unique(known[idx[mine]]) if 0 <= g < len(CANDIDATES)]
         if len(labelled) == 1:
-            winner[mine] = names.index(labelled.pop())
+            winner[mine] = labelled[0]
             conf[mine] = CONFIDENCE.index("high")
             continue
         ok = mine & (winner >= 0)
         if not ok.any():
             continue
-        votes = np.bincount(winner[ok], weights=dur[ok] + 1.0, minlength=len(names))
+        votes = np.bincount(winner[ok], weights=dur[ok] + 1.0, minlength=len(CANDIDATES))
         winner[ok] = int(np.argmax(votes))
         conf[ok] = CONFIDENCE.index("medium" if votes.max() >= AGREEMENT * votes.sum() else "low")

@@ -5,7 +5,7 @@ kernels they launched (``label_source`` "nvtx"); then facts of the kernel itself
 Transformer Engine userbuffers kernels exist only for TP comm-GEMM overlap; then the name-only
 fallback of ``group_heuristics`` (streams, launch-order neighbours, the run config). Every label has a
 confidence (high | medium | low) so a guess is never presented as a fact; kernels no source can label
-keep ``None``.
+stay unlabelled.
 """
 
 from __future__ import annotations
@@ -17,33 +17,43 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from perfdoctor.classify.group_heuristics import heuristic_groups
-from perfdoctor.classify.projection import NO_RANGE, enclosing_range, launch_calls
-from perfdoctor.classify.timeline import category_mask
-from perfdoctor.load.labels import labelled, parse_label
+from perfdoctor.classify.group_heuristics import CANDIDATES, CONFIDENCE, heuristic_groups
+from perfdoctor.classify.projection import NO_RANGE, enclosing_range, kernel_launch_calls
+from perfdoctor.classify.timeline import category_mask, class_mask
+from perfdoctor.load.labels import labelled, message_codes, parse_label
 from perfdoctor.model import Timeline
 
-GROUPS = ("dp", "tp", "cp", "pp", "ep", "other")
+GROUPS = (*CANDIDATES, "other")  # a candidate's index is its group code
+SOURCES = ("nvtx", "heuristic")
 # Megatron's finer groups fold into the report's groups: expert-TP is TP traffic, expert-DP is DP
 # traffic; embedding and model-parallel (grad-norm, loss) reductions are small "other" traffic.
 FOLD = {"etp": "tp", "edp": "dp", "embd": "other", "mp": "other"}
+UNLABELLED = -1
 
 
 @dataclass(frozen=True)
 class GroupLabels:
-    """Per comm kernel (aligned with the kernels table; ``None`` for compute kernels or unknown)."""
+    """Per kernel (aligned with the kernels table), small integer codes: the group (index into
+    ``GROUPS``), how it was found (into ``SOURCES``) and how sure (into ``CONFIDENCE``); ``UNLABELLED``
+    for compute kernels and comm kernels no source could label. Codes, not strings: every
+    measurement selects kernels by group, and on a million kernels an integer compare is what pays."""
 
-    group: np.ndarray  # object: dp|tp|cp|pp|ep|other|None
-    source: np.ndarray  # object: nvtx|heuristic|None
-    confidence: np.ndarray  # object: high|medium|low|None
+    codes: np.ndarray  # int8
+    source_codes: np.ndarray  # int8
+    confidence_codes: np.ndarray  # int8
 
     @cached_property
-    def codes(self) -> np.ndarray:
-        """Group as an index into ``GROUPS`` (−1: not labelled): integer masks instead of object compares."""
-        codes = np.full(self.group.size, -1, dtype=np.int8)
-        for i, g in enumerate(GROUPS):
-            codes[self.group == g] = i
-        return codes
+    def group(self) -> np.ndarray:
+        """Group names (object array, ``None`` where unlabelled)."""
+        return decode(self.codes, GROUPS)
+
+    @cached_property
+    def source(self) -> np.ndarray:
+        return decode(self.source_codes, SOURCES)
+
+    @cached_property
+    def confidence(self) -> np.ndarray:
+        return decode(self.confidence_codes, CONFIDENCE)
 
     @property
     def any_labelled(self) -> bool:
@@ -52,61 +62,71 @@ class GroupLabels:
     def summary(self, kernels: pd.DataFrame) -> dict[str, dict[str, Any]]:
         """How each group's labels were obtained, for the report (DESIGN §4): per group, its kernel
         count and time, and the kernels and ns per ``label_source`` and per confidence."""
-        dur = (kernels["end"].to_numpy() - kernels["start"].to_numpy()) if len(kernels) else np.zeros(0)
+        labelled = np.flatnonzero(self.codes >= 0)
+        dur = (kernels["end"].to_numpy()[labelled] - kernels["start"].to_numpy()[labelled]).astype(np.float64)
+        codes = self.codes[labelled]
         out: dict[str, dict[str, Any]] = {}
         for i, g in enumerate(GROUPS):
-            mine = self.codes == i
+            mine = codes == i
             if not mine.any():
                 continue
             out[g] = {"kernels": int(mine.sum()), "ns": int(dur[mine].sum()),
-                      "label_source": _tally(self.source[mine], dur[mine]),
-                      "confidence": _tally(self.confidence[mine], dur[mine])}
+                      "label_source": _tally(self.source_codes[labelled][mine], SOURCES, dur[mine]),
+                      "confidence": _tally(self.confidence_codes[labelled][mine], CONFIDENCE, dur[mine])}
         return out
+
+
+def decode(codes: np.ndarray, names: tuple[str, ...]) -> np.ndarray:
+    """Names of ``codes`` (object array; ``None`` for negative codes)."""
+    return np.array([*names, None], dtype=object)[np.where(codes >= 0, codes, len(names))]
 
 
 def label_groups(tl: Timeline, kcls: pd.DataFrame, config: dict[str, Any] | None = None) -> GroupLabels:
     """Label the comm kernels of one timeline (``kcls``: the taxonomy of ``tl.kernels``; ``config``: the
     run's parallel config, whose known group sizes rule groups in or out of the heuristics)."""
     n = len(tl.kernels)
-    group = np.full(n, None, dtype=object)
-    source = np.full(n, None, dtype=object)
-    confidence = np.full(n, None, dtype=object)
+    group = np.full(n, UNLABELLED, dtype=np.int8)
+    source = np.full(n, UNLABELLED, dtype=np.int8)
+    confidence = np.full(n, UNLABELLED, dtype=np.int8)
     comm_idx = np.flatnonzero(category_mask(kcls, "comm"))
     if comm_idx.size:
-        _from_nvtx(tl, comm_idx, group, source)
-        confidence[source == "nvtx"] = "high"
-        userbuffers = (kcls["library"].to_numpy(dtype=object) == "userbuffers") & (source == None)  # noqa: E711
-        group[userbuffers] = "tp"
-        source[userbuffers] = "heuristic"
-        confidence[userbuffers] = "high"  # userbuffers kernels exist only for TP overlap: a fact
+        _from_nvtx(tl, comm_idx, group)
+        source[group >= 0] = SOURCES.index("nvtx")
+        confidence[group >= 0] = CONFIDENCE.index("high")
+        userbuffers = np.flatnonzero(class_mask(kcls, "library", "userbuffers") & (group < 0))
+        group[userbuffers] = GROUPS.index("tp")
+        source[userbuffers] = SOURCES.index("heuristic")
+        confidence[userbuffers] = CONFIDENCE.index("high")  # userbuffers kernels exist only for TP overlap: a fact
         guess, how_sure = heuristic_groups(tl.kernels, kcls, config or {}, group)
-        guessed = guess != None  # noqa: E711
+        guessed = guess >= 0
         group[guessed] = guess[guessed]
-        source[guessed] = "heuristic"
+        source[guessed] = SOURCES.index("heuristic")
         confidence[guessed] = how_sure[guessed]
     return GroupLabels(group, source, confidence)
 
 
-def _tally(values: np.ndarray, dur: np.ndarray) -> dict[str, dict[str, int]]:
-    """``{value: {"kernels": n, "ns": t}}`` over the distinct values."""
-    inverse, keys = pd.factorize(values)
-    counts = np.bincount(inverse, minlength=len(keys))
-    ns = np.bincount(inverse, weights=dur.astype(np.float64), minlength=len(keys))
-    return {str(k): {"kernels": int(c), "ns": int(t)} for k, c, t in zip(keys, counts, ns)}
+def _tally(codes: np.ndarray, names: tuple[str, ...], dur: np.ndarray) -> dict[str, dict[str, int]]:
+    """``{name: {"kernels": n, "ns": t}}`` over the codes present."""
+    counts = np.bincount(codes, minlength=len(names))
+    ns = np.bincount(codes, weights=dur, minlength=len(names))
+    return {names[i]: {"kernels": int(counts[i]), "ns": int(ns[i])} for i in np.flatnonzero(counts)}
 
 
-def _from_nvtx(tl: Timeline, comm_idx: np.ndarray, group: np.ndarray, source: np.ndarray) -> None:
+def _from_nvtx(tl: Timeline, comm_idx: np.ndarray, group: np.ndarray) -> None:
+    """Group codes of the comm kernels launched inside perfdoctor ``comm`` ranges (in place)."""
     ranges = labelled(tl.nvtx, "comm")
     ranges = ranges[ranges["end"].to_numpy() >= 0]
     if not len(ranges):
         return
-    codes, texts = pd.factorize(ranges["text"].to_numpy(dtype=object))
-    names = np.array([_group_of(t) for t in texts], dtype=object)[codes]  # each distinct message once
-    c_start, c_end, c_tid = launch_calls(tl.kernels.iloc[comm_idx], tl.api)
+    codes, messages = message_codes(tl.nvtx)
+    mine = codes[ranges.index.to_numpy()]  # ``labelled`` keeps row positions as the index
+    distinct = np.unique(mine)
+    group_of = np.zeros(messages.size, dtype=np.int8)
+    group_of[distinct] = [GROUPS.index(_group_of(messages[m])) for m in distinct]  # each message once
+    c_start, c_end, c_tid = (a[comm_idx] for a in kernel_launch_calls(tl))
     which = enclosing_range(c_start, c_end, c_tid, ranges)
     hit = which != NO_RANGE
-    group[comm_idx[hit]] = names[which[hit]]
-    source[comm_idx[hit]] = "nvtx"
+    group[comm_idx[hit]] = group_of[mine[which[hit]]]
 
 
 def _group_of(text: str) -> str:

@@ -18,6 +18,8 @@ NO_RANGE = -1
 # How many earlier-starting candidates to try when the latest-starting range on a thread ended before
 # the launch (a sibling, not an ancestor). Ranges of one kind are rarely nested deeper than this.
 MAX_DEPTH = 8
+# Correlation ids up to this many times the call count (plus the slack) use a direct lookup table.
+DENSE_FACTOR, DENSE_SLACK = 4, 1 << 20
 
 
 def launch_calls(ops: pd.DataFrame, api: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -25,25 +27,51 @@ def launch_calls(ops: pd.DataFrame, api: pd.DataFrame) -> tuple[np.ndarray, np.n
 
     Correlation ids are unique within a process, and both tables belong to one process here.
     """
-    n = len(ops)
+    return calls_of(ops["correlation_id"].to_numpy() if len(ops) else np.zeros(0, dtype=np.int64), api)
+
+
+def calls_of(corr: np.ndarray, api: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``launch_calls`` for bare correlation ids."""
+    n = corr.size
     start = np.full(n, -1, dtype=np.int64)
     end = np.full(n, -1, dtype=np.int64)
     tid = np.full(n, -1, dtype=np.int64)
     if not n or not len(api):
         return start, end, tid
-    corr = api["correlation_id"].to_numpy()
-    # Correlation ids grow with call order, so the table is usually sorted already.
-    order = np.arange(corr.size) if np.all(corr[1:] >= corr[:-1]) else np.argsort(corr, kind="stable")
-    sorted_corr = corr[order]
-    want = ops["correlation_id"].to_numpy()
-    pos = np.searchsorted(sorted_corr, want)
-    pos_ok = np.minimum(pos, sorted_corr.size - 1)
-    hit = (pos < sorted_corr.size) & (sorted_corr[pos_ok] == want) & (want > 0)
-    rows = order[pos_ok[hit]]
+    rows, hit = _rows_of(api, corr)
     start[hit] = api["start"].to_numpy()[rows]
     end[hit] = api["end"].to_numpy()[rows]
     tid[hit] = api["tid"].to_numpy()[rows]
     return start, end, tid
+
+
+def _rows_of(api: pd.DataFrame, want: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Row of ``api`` holding each correlation id of ``want`` (for the ``hit`` ones; ids <= 0 never match)."""
+    table = _lookup_table(api)
+    if table is not None:
+        looked = table[np.where((want > 0) & (want < table.size), want, 0)]
+        hit = (looked >= 0) & (want > 0)
+        return looked[hit], hit
+    corr = api["correlation_id"].to_numpy()
+    order = np.arange(corr.size) if np.all(corr[1:] >= corr[:-1]) else np.argsort(corr, kind="stable")
+    sorted_corr = corr[order]
+    pos = np.minimum(np.searchsorted(sorted_corr, want), max(sorted_corr.size - 1, 0))
+    hit = (sorted_corr[pos] == want) & (want > 0)
+    return order[pos[hit]], hit
+
+
+@per_object
+def _lookup_table(api: pd.DataFrame) -> np.ndarray | None:
+    """Row of each correlation id (index = id, −1: none), built once per API table; None when the ids
+    are too sparse for a table. nsys numbers correlation ids densely from 1, so one gather replaces a
+    binary search per op."""
+    corr = api["correlation_id"].to_numpy()
+    if not corr.size or corr.min() < 0 or corr.max() > DENSE_FACTOR * corr.size + DENSE_SLACK:
+        return None
+    table = np.full(int(corr.max()) + 1, -1, dtype=np.int64)
+    table[corr] = np.arange(corr.size)
+    table[0] = -1  # id 0: no correlation
+    return table
 
 
 @per_object

@@ -32,30 +32,55 @@ def name_pairs(kernels: pd.DataFrame) -> tuple[np.ndarray, list[str], list[str |
     return inverse, shorts, demangleds
 
 
+CLASS_COLUMNS = ("category", "collective", "library")
+Coded = tuple[np.ndarray, list]  # per row an index into the list of distinct values (None included)
+
+
 def kernel_classes(kernels: pd.DataFrame) -> pd.DataFrame:
-    """Columns ``category``, ``collective``, ``library`` (None where not applicable), aligned with ``kernels``."""
+    """Columns ``category``, ``collective``, ``library`` (categoricals, missing where not applicable),
+    aligned with ``kernels``. Measurements ask their questions through ``class_codes`` / ``class_mask``."""
     if not len(kernels):
         return pd.DataFrame({"category": [], "collective": [], "library": []}, dtype=object)
     inverse, shorts, demangleds = name_pairs(kernels)
-    category, collective, library = classify_names(shorts, demangleds)
-    return _frame(np.asarray(category, dtype=object)[inverse], np.asarray(collective, dtype=object)[inverse],
-                  np.asarray(library, dtype=object)[inverse])
-
-
-def category_mask(kcls: pd.DataFrame, *categories: str) -> np.ndarray:
-    """Boolean mask of the rows whose category is one of ``categories`` (integer compares on codes
-    factorised once per table, instead of a string compare over millions of rows per question)."""
-    codes, names = _category_codes(kcls)
-    wanted = [i for i, name in enumerate(names) if name in categories]
-    return np.isin(codes, wanted) if len(wanted) > 1 else codes == (wanted[0] if wanted else -2)
+    coded = {}
+    for column, values in zip(CLASS_COLUMNS, classify_names(shorts, demangleds)):
+        pair_codes, distinct = _factorize(np.asarray(values, dtype=object))
+        coded[column] = (pair_codes[inverse], distinct)
+    frame = pd.DataFrame({c: _categorical(*coded[c]) for c in CLASS_COLUMNS})
+    class_codes.prime(frame, coded)
+    return frame
 
 
 @per_object
-def _category_codes(kcls: pd.DataFrame) -> tuple[np.ndarray, list[str]]:
-    if not len(kcls):
-        return np.zeros(0, dtype=np.int64), []
-    codes, names = pd.factorize(kcls["category"].to_numpy(dtype=object))
-    return codes, [str(n) for n in names]
+def class_codes(cls: pd.DataFrame) -> dict[str, Coded]:
+    """Per taxonomy column, integer codes and the distinct values: counts, sums and masks over a million
+    rows become ``bincount`` and integer compares. ``kernel_classes`` primes it; other tables factorise."""
+    return {c: _factorize(cls[c].to_numpy(dtype=object)) for c in CLASS_COLUMNS}
+
+
+def _categorical(codes: np.ndarray, distinct: list) -> pd.Categorical:
+    """A categorical of coded values without materialising a million Python strings; None → missing."""
+    present = [v for v in distinct if v is not None]
+    remap = np.array([present.index(v) if v is not None else -1 for v in distinct], dtype=np.int64)
+    return pd.Categorical.from_codes(remap[codes], categories=pd.Index(present, dtype=object))
+
+
+def _factorize(values: np.ndarray) -> Coded:
+    """``pd.factorize`` keeping None as a value of its own (pandas reports it as NaN)."""
+    codes, distinct = pd.factorize(values, use_na_sentinel=False)
+    return codes, [None if v is None or v != v else v for v in distinct]
+
+
+def class_mask(cls: pd.DataFrame, column: str, *values: str | None) -> np.ndarray:
+    """Boolean mask of the rows whose ``column`` is one of ``values``."""
+    codes, distinct = class_codes(cls)[column]
+    wanted = [i for i, v in enumerate(distinct) if v in values]
+    return np.isin(codes, wanted) if len(wanted) > 1 else codes == (wanted[0] if wanted else -2)
+
+
+def category_mask(cls: pd.DataFrame, *categories: str) -> np.ndarray:
+    """Rows whose category is one of ``categories`` (the question most measurements ask)."""
+    return class_mask(cls, "category", *categories)
 
 
 def copy_classes(memcpy: pd.DataFrame) -> pd.DataFrame:

@@ -32,29 +32,33 @@ def parse_label(text: str) -> tuple[str, dict[str, str]]:
 
 
 def labelled(nvtx: pd.DataFrame, kind: str) -> pd.DataFrame:
-    """Rows of ``nvtx`` in the perfdoctor domain whose message starts with ``kind``.
+    """Rows of ``nvtx`` in the perfdoctor domain whose message starts with ``kind`` (the index kept:
+    row positions in ``nvtx``, whose index is a plain range).
 
     Messages repeat (every step, every layer), so each distinct message is tested once.
     """
     if not len(nvtx):
         return nvtx
-    rows, codes, uniques = _our_messages(nvtx)
+    codes, uniques = message_codes(nvtx)
+    rows = _our_rows(nvtx)
     prefix = kind + " "
-    hit = np.array([isinstance(t, str) and (t == kind or t.startswith(prefix)) for t in uniques], dtype=bool)
-    return nvtx.iloc[rows[(codes >= 0) & hit[np.maximum(codes, 0)]]]
+    hit = np.array([isinstance(t, str) and (t == kind or t.startswith(prefix)) for t in uniques] + [False])
+    return nvtx.iloc[rows[hit[codes[rows]]]]
 
 
 def matching(nvtx: pd.DataFrame, pattern: re.Pattern[str]) -> pd.DataFrame:
     """Rows of ``nvtx`` (any domain) whose message matches ``pattern``; each distinct message tested once."""
     if not len(nvtx):
         return nvtx
-    codes, uniques = _messages(nvtx)
-    hit = np.array([isinstance(t, str) and bool(pattern.match(t)) for t in uniques], dtype=bool)
-    return nvtx.iloc[np.flatnonzero((codes >= 0) & hit[np.maximum(codes, 0)])]
+    codes, uniques = message_codes(nvtx)
+    hit = np.array([isinstance(t, str) and bool(pattern.match(t)) for t in uniques] + [False])
+    return nvtx.iloc[np.flatnonzero(hit[codes])]
 
 
 @per_object
-def _messages(nvtx: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+def message_codes(nvtx: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """Per row, the index of its message among the table's distinct messages (−1: no text, which
+    indexes one past the end), and those messages: one hash pass per table, then per-message work."""
     import pandas as pd
 
     codes, uniques = pd.factorize(nvtx["text"].to_numpy(dtype=object))
@@ -62,13 +66,9 @@ def _messages(nvtx: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
 
 
 @per_object
-def _our_messages(nvtx: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Rows of the perfdoctor domain and their distinct messages (codes into uniques), once per table."""
-    import pandas as pd
-
-    rows = np.flatnonzero(nvtx["domain"].to_numpy(dtype=object) == DOMAIN)
-    codes, uniques = pd.factorize(nvtx["text"].to_numpy(dtype=object)[rows])
-    return rows, codes, np.asarray(uniques, dtype=object)
+def _our_rows(nvtx: pd.DataFrame) -> np.ndarray:
+    """Rows of the perfdoctor domain, once per table."""
+    return np.flatnonzero(nvtx["domain"].to_numpy(dtype=object) == DOMAIN)
 
 
 def rank_mark(timeline: Timeline) -> dict[str, int] | None:

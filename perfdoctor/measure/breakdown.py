@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from perfdoctor.classify.timeline import Coded, class_codes
 from perfdoctor.measure import intervals as iv
 from perfdoctor.measure.activity import Activity, gpu_activity
 from perfdoctor.measure.steps import Steps
@@ -28,23 +29,16 @@ def summarize(tl: Timeline, kcls: pd.DataFrame, ccls: pd.DataFrame, act: Activit
 
     k_comm, c_comm = act.comm_kernels, act.comm_copies
 
-    category_ns = _sum_by(kcls["category"].to_numpy(dtype=object), k_dur)
-    category_count = _count_by(kcls["category"].to_numpy(dtype=object))
-    for name, dur in _sum_by(ccls["category"].to_numpy(dtype=object), c_dur).items():
-        category_ns[name] = category_ns.get(name, 0) + dur
-    for name, n in _count_by(ccls["category"].to_numpy(dtype=object)).items():
-        category_count[name] = category_count.get(name, 0) + n
+    kc, cc = class_codes(kcls), class_codes(ccls)
+    category_ns, category_count = _merge_tallies(_tally(kc["category"], k_dur), _tally(cc["category"], c_dur))
     if len(ms):
         category_ns["memset"] = category_ns.get("memset", 0) + int((ms["end"] - ms["start"]).sum())
         category_count["memset"] = category_count.get("memset", 0) + len(ms)
 
-    coll = np.concatenate([kcls["collective"].to_numpy(dtype=object)[k_comm],
-                           ccls["collective"].to_numpy(dtype=object)[c_comm]])
-    coll_dur = np.concatenate([k_dur[k_comm], c_dur[c_comm]])
-    coll_ns = _sum_by(coll, coll_dur)
-    collectives = {c: {"count": n, "ns": coll_ns[c]} for c, n in _count_by(coll).items()}
-    libraries = _count_by(np.concatenate([kcls["library"].to_numpy(dtype=object)[k_comm],
-                                          ccls["library"].to_numpy(dtype=object)[c_comm]]))
+    coll_ns, coll_count = _merge_tallies(_tally(kc["collective"], k_dur, k_comm),
+                                         _tally(cc["collective"], c_dur, c_comm))
+    collectives = {c: {"count": n, "ns": coll_ns[c]} for c, n in coll_count.items()}
+    _, libraries = _merge_tallies(_tally(kc["library"], k_dur, k_comm), _tally(cc["library"], c_dur, c_comm))
 
     nvtx = tl.nvtx
     is_mark = nvtx["end"].to_numpy() < 0 if len(nvtx) else np.zeros(0, dtype=bool)
@@ -93,12 +87,28 @@ def activity_window(tl: Timeline) -> tuple[int, int] | None:
     return None
 
 
-def _sum_by(keys: np.ndarray, values: np.ndarray) -> dict[str, int]:
-    if not keys.size:
-        return {}
-    codes, uniques = pd.factorize(keys)
-    sums = np.bincount(codes, weights=values.astype(np.float64), minlength=len(uniques))
-    return {str(u): int(round(s)) for u, s in zip(uniques, sums)}
+def _tally(coded: Coded, dur: np.ndarray, rows: np.ndarray | None = None) -> tuple[dict[str, int], dict[str, int]]:
+    """ns and count per distinct value of a taxonomy column (over ``rows``, a mask, when given)."""
+    codes, values = coded
+    if rows is not None:
+        codes, dur = codes[rows], dur[rows]
+    if not codes.size:
+        return {}, {}
+    sums = np.bincount(codes, weights=dur.astype(np.float64), minlength=len(values))
+    counts = np.bincount(codes, minlength=len(values))
+    present = np.flatnonzero(counts)
+    return ({str(values[i]): int(round(sums[i])) for i in present}, {str(values[i]): int(counts[i]) for i in present})
+
+
+def _merge_tallies(*tallies: tuple[dict[str, int], dict[str, int]]) -> tuple[dict[str, int], dict[str, int]]:
+    """Sum of several (ns, count) tallies, key by key."""
+    ns: dict[str, int] = {}
+    count: dict[str, int] = {}
+    for t_ns, t_count in tallies:
+        for key in t_count:
+            ns[key] = ns.get(key, 0) + t_ns[key]
+            count[key] = count.get(key, 0) + t_count[key]
+    return ns, count
 
 
 def _count_by(keys: np.ndarray) -> dict[str, int]:
@@ -110,14 +120,18 @@ def _count_by(keys: np.ndarray) -> dict[str, int]:
 
 
 def _streams(k: pd.DataFrame, dur: np.ndarray, comm: np.ndarray) -> list[dict[str, int]]:
+    """Kernels and ns per stream (all and comm), busiest stream first."""
     if not len(k):
         return []
-    frame = pd.DataFrame({"stream": k["stream"].to_numpy(), "ns": dur, "comm": comm,
-                          "comm_ns": np.where(comm, dur, 0)})
-    agg = frame.groupby("stream").agg(kernels=("ns", "size"), ns=("ns", "sum"), comm_kernels=("comm", "sum"),
-                                      comm_ns=("comm_ns", "sum"))
-    agg = agg.sort_values("ns", ascending=False)
-    return [{"stream": int(s), **{c: int(v) for c, v in row.items()}} for s, row in agg.iterrows()]
+    inverse, streams = pd.factorize(k["stream"].to_numpy())
+    dur = dur.astype(np.float64)
+    kernels = np.bincount(inverse, minlength=len(streams))
+    ns = np.bincount(inverse, weights=dur, minlength=len(streams))
+    comm_kernels = np.bincount(inverse, weights=comm, minlength=len(streams))
+    comm_ns = np.bincount(inverse, weights=np.where(comm, dur, 0.0), minlength=len(streams))
+    return [{"stream": int(streams[i]), "kernels": int(kernels[i]), "ns": int(round(ns[i])),
+             "comm_kernels": int(comm_kernels[i]), "comm_ns": int(round(comm_ns[i]))}
+            for i in np.argsort(-ns, kind="stable")]
 
 
 def _top_kernels(k: pd.DataFrame, kcls: pd.DataFrame, dur: np.ndarray) -> list[dict]:
@@ -127,8 +141,9 @@ def _top_kernels(k: pd.DataFrame, kcls: pd.DataFrame, dur: np.ndarray) -> list[d
     names = k["short_name"].cat.categories
     totals = np.bincount(codes, weights=dur.astype(np.float64), minlength=len(names))
     counts = np.bincount(codes, minlength=len(names))
-    category_of = np.empty(len(names), dtype=object)
-    category_of[codes] = kcls["category"].to_numpy(dtype=object)
+    category_codes, categories = class_codes(kcls)["category"]
+    category_of = np.zeros(len(names), dtype=np.int64)
+    category_of[codes] = category_codes  # a name has one category
     order = np.argsort(-totals, kind="stable")[:TOP_KERNELS]
-    return [{"name": str(names[i]), "category": category_of[i], "count": int(counts[i]), "ns": int(round(totals[i]))}
-            for i in order if counts[i]]
+    return [{"name": str(names[i]), "category": categories[category_of[i]], "count": int(counts[i]),
+             "ns": int(round(totals[i]))} for i in order if counts[i]]

@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from perfdoctor.classify.groups import GROUPS, GroupLabels
+from perfdoctor.classify.timeline import class_codes, name_pairs
 from perfdoctor.measure.steps import Steps
 
 REDUCTIONS = ("all_reduce", "reduce_scatter", "reduce")
@@ -60,32 +61,33 @@ def dtype_of(name: str) -> str | None:
 def comm_stats(kernels: pd.DataFrame, kcls: pd.DataFrame, groups: GroupLabels,
                steps: Steps) -> dict[str, GroupCommStats]:
     """Stats per labelled group (groups without kernels are absent). Works on the labelled comm
-    kernels only, with names looked up per category code (a trace has few distinct names)."""
+    kernels only, with data types read once per distinct name and collectives as integer codes."""
     labelled = np.flatnonzero(groups.codes >= 0)
     if not labelled.size:
         return {}
-    names = kernels["demangled_name"].cat
-    dtypes = np.array([dtype_of(str(n)) for n in names.categories] + [None], dtype=object)
-    dtype = dtypes[names.codes.to_numpy()[labelled]]  # code −1 (no demangled name) → None
-    short = kernels["short_name"].cat
-    short_dtypes = np.array([dtype_of(str(n)) for n in short.categories] + [None], dtype=object)
-    dtype = np.where(dtype == None, short_dtypes[short.codes.to_numpy()[labelled]], dtype)  # noqa: E711
+    inverse, shorts, demangleds = name_pairs(kernels)
+    pairs, pair_of = np.unique(inverse[labelled], return_inverse=True)  # the names comm kernels use
+    dtypes = [(demangleds[p] and dtype_of(demangleds[p])) or dtype_of(shorts[p]) for p in pairs]
+    dtype_codes, dtype_names = pd.factorize(np.array(dtypes, dtype=object))  # None → −1
+    dtype = dtype_codes[pair_of]
+    coll_codes, colls = class_codes(kcls)["collective"]
+    collective = coll_codes[labelled]
+    is_reduction = np.isin(collective, [i for i, c in enumerate(colls) if c in REDUCTIONS])
     start = kernels["start"].to_numpy()[labelled]
     dur_ms = (kernels["end"].to_numpy()[labelled] - start) / 1e6
-    collective = kcls["collective"].to_numpy(dtype=object)[labelled].astype(str)
     code = groups.codes[labelled]
     out: dict[str, GroupCommStats] = {}
     for i, g in enumerate(GROUPS):
         mine = np.flatnonzero(code == i)
         if not mine.size:
             continue
-        begins = np.sort(start[mine])
+        begins = start[mine]  # kernels come sorted by start
         per_step = np.searchsorted(begins, steps.ends) - np.searchsorted(begins, steps.starts)
-        ops, counts = np.unique(collective[mine], return_counts=True)
-        reduction = mine[np.isin(collective[mine], REDUCTIONS) & (dtype[mine] != None)]  # noqa: E711
-        typed = pd.Series(dur_ms[reduction]).groupby(dtype[reduction].astype(str)).sum()
+        counts = np.bincount(collective[mine], minlength=len(colls))
+        typed = mine[is_reduction[mine] & (dtype[mine] >= 0)]
+        ms = np.bincount(dtype[typed], weights=dur_ms[typed], minlength=len(dtype_names))
         out[g] = GroupCommStats(float(np.median(per_step)) if per_step.size else 0.0,
                                 float(np.median(dur_ms[mine])) * 1e3,
-                                {str(o): int(c) for o, c in zip(ops, counts)},
-                                {str(k): float(v) for k, v in typed.items()})
+                                dict(sorted((str(colls[c]), int(counts[c])) for c in np.flatnonzero(counts))),
+                                dict(sorted((str(dtype_names[d]), float(ms[d])) for d in np.unique(dtype[typed]))))
     return out

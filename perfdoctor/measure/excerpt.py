@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from perfdoctor.classify.groups import GROUPS, GroupLabels
+from perfdoctor.classify.timeline import class_codes
 from perfdoctor.measure import intervals as iv
 from perfdoctor.measure.activity import Activity
 from perfdoctor.measure.host import CAUSES, host_gaps
@@ -69,14 +70,15 @@ def excerpt(tl: Timeline, kcls: pd.DataFrame, act: Activity, steps: Steps, group
     inside = np.flatnonzero((end > lo) & (start < hi))
     out = Excerpt(rank=int(tl.rank or 0), step_index=i, step_count=len(steps), step_start_ns=lo,
                   step_ms=(hi - lo) / 1e6, kernels=int(inside.size), pixel_us=0.0)
-    category = kcls["category"].to_numpy(dtype=object)
+    category_codes, categories = class_codes(kcls)["category"]
+    category = np.array(categories, dtype=object)[category_codes[inside]]
     names = k["short_name"].astype(object).to_numpy()
     # Widen the pixel until the cap holds; if alternating categories still exceed it when a pixel is the
     # whole step, merge narrow kernels across categories too (drawn as "mixed").
     for mixed in (False, True):
         pixel = max((hi - lo) / width_px, 1.0)
         while True:
-            rects = _merge(start[inside], end[inside], k["stream"].to_numpy()[inside], category[inside],
+            rects = _merge(start[inside], end[inside], k["stream"].to_numpy()[inside], category,
                            names[inside], pixel, mixed)
             if len(rects["start"]) <= max_rects or pixel > hi - lo:
                 break

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from perfdoctor.classify.projection import kernel_launch_calls, launch_calls
+from perfdoctor.classify.projection import calls_of, kernel_launch_calls, launch_calls
 from perfdoctor.load.labels import labelled, matching
 from perfdoctor.measure import intervals as iv
 from perfdoctor.measure.steps import Steps
@@ -62,29 +62,27 @@ def host_gaps(tl: Timeline, steps: Steps, busy: iv.Intervals) -> HostGaps:
     length = (g1 - g0).astype(np.float64)
 
     has_next, next_corr = _next_ops(tl, g1)  # the op that ends the gap (first start >= gap end)
-    next_launch, _, next_tid = launch_calls(pd.DataFrame({"correlation_id": next_corr}), tl.api)
-    main_tid = _main_thread(np.concatenate([kernel_launch_calls(tl)[2], launch_calls(tl.memcpy, tl.api)[2],
-                                            launch_calls(tl.memset, tl.api)[2]]))
-    # No later op: the CPU never launched again within the trace; look at the main launching thread.
-    next_tid = np.where(has_next, next_tid, main_tid)
+    next_launch, _, next_tid = calls_of(next_corr, tl.api)
+    if not has_next.all():
+        # No later op: the CPU never launched again within the trace; look at the main launching thread.
+        next_tid = np.where(has_next, next_tid, _main_thread(tl))
     unknown = has_next & (next_launch < 0)
     host_caused = ~unknown & (~has_next | (next_launch >= g0))
 
-    cause = np.full(g0.size, "launch_bound", dtype=object)
-    cause[_inside(g0, next_tid, _ranges_where(tl, "data"))] = "data"
-    cause[_inside(g0, next_tid, _ranges_where(tl, "gc"))] = "gc"
-    cause[_inside(g0, next_tid, _blocking_calls(tl.api))] = "sync"
-    cause[unknown] = "other"
+    # Cause per gap as an index into CAUSES; the later assignments win (sync over gc over data).
+    cause = np.full(g0.size, CAUSES.index("launch_bound"), dtype=np.int8)
+    cause[_inside(g0, next_tid, _ranges_where(tl, "data"))] = CAUSES.index("data")
+    cause[_inside(g0, next_tid, _ranges_where(tl, "gc"))] = CAUSES.index("gc")
+    cause[_inside(g0, next_tid, _blocking_calls(tl.api))] = CAUSES.index("sync")
+    cause[~host_caused] = -1
+    cause[unknown] = CAUSES.index("other")
 
-    for c in CAUSES:
-        sel = host_caused & (cause == c) if c != "other" else unknown
-        by_cause[c] = np.bincount(step_of[sel], weights=length[sel], minlength=n)
-    device_wait = np.bincount(step_of[~host_caused & ~unknown], weights=length[~host_caused & ~unknown],
-                              minlength=n)
+    by_cause = {c: np.bincount(step_of, weights=np.where(cause == i, length, 0.0), minlength=n)
+                for i, c in enumerate(CAUSES)}
+    waiting = cause < 0
+    device_wait = np.bincount(step_of[waiting], weights=length[waiting], minlength=n)
     idle = np.bincount(step_of, weights=length, minlength=n)
-    waiting = ~host_caused & ~unknown
-    spans = {c: (g0[sel], g1[sel]) for c in CAUSES
-             for sel in [host_caused & (cause == c) if c != "other" else unknown]}
+    spans = {c: (g0[cause == i], g1[cause == i]) for i, c in enumerate(CAUSES)}
     return HostGaps(by_cause, device_wait, idle, (g0[waiting], g1[waiting]), spans)
 
 
@@ -107,7 +105,10 @@ def _next_ops(tl: Timeline, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return first < np.iinfo(np.int64).max, corr
 
 
-def _main_thread(call_tid: np.ndarray) -> int:
+def _main_thread(tl: Timeline) -> int:
+    """The thread that launched most device work (−1 when no launch call is known)."""
+    call_tid = np.concatenate([kernel_launch_calls(tl)[2], launch_calls(tl.memcpy, tl.api)[2],
+                               launch_calls(tl.memset, tl.api)[2]])
     known = call_tid[call_tid >= 0]
     if not known.size:
         return -1

@@ -67,7 +67,8 @@ class KernelMix:
     memcpy_exposed_ns: np.ndarray  # host↔device copy time with no kernel running, per step
 
 
-def kernel_mix(tl: Timeline, kcls: pd.DataFrame, steps: Steps) -> KernelMix:
+def kernel_mix(tl: Timeline, kcls: pd.DataFrame, steps: Steps, compute: iv.Intervals) -> KernelMix:
+    """The mix of one timeline; ``compute``: its compute kernels' union (``Activity.compute``)."""
     k = tl.kernels
     start, end = k["start"].to_numpy(), k["end"].to_numpy()
 
@@ -76,12 +77,12 @@ def kernel_mix(tl: Timeline, kcls: pd.DataFrame, steps: Steps) -> KernelMix:
 
     families = {f: per_step(category_mask(kcls, *cats)) for f, cats in FAMILIES.items()}
     unfused, evidence = _unfused_kinds(k)
-    unfused_ns = {kind: per_step(unfused == kind) for kind in UNFUSED_KINDS if (unfused == kind).any()}
+    unfused_ns = {UNFUSED_KINDS[i]: per_step(unfused == i) for i in np.unique(unfused[unfused >= 0])}
     attention, attention_evidence = _attention_impl(k, category_mask(kcls, "attention"), unfused, evidence)
     moe_gemm, moe_evidence, launches = _moe_gemms(k, category_mask(kcls, "gemm"))
-    return KernelMix(families, unfused_ns, per_step(unfused != None), evidence,  # noqa: E711
+    return KernelMix(families, unfused_ns, per_step(unfused >= 0), evidence,
                      attention, attention_evidence,
-                     moe_gemm, moe_evidence, launches, _exposed_host_copies(tl, category_mask(kcls, "comm"), steps))
+                     moe_gemm, moe_evidence, launches, _exposed_host_copies(tl, compute, steps))
 
 
 def unfused_kind(short: str, demangled: str | None = None) -> str | None:
@@ -103,14 +104,16 @@ def unfused_kind(short: str, demangled: str | None = None) -> str | None:
 
 
 def _unfused_kinds(k: pd.DataFrame) -> tuple[np.ndarray, dict[str, str]]:
-    """Unfused kind per kernel (None where fused or not such a kernel), and one kernel name per kind."""
+    """Unfused kind per kernel (index into ``UNFUSED_KINDS``; −1 where fused or not such a kernel), and
+    one kernel name per kind."""
     inverse, shorts, demangleds = name_pairs(k)
-    kinds = np.array([unfused_kind(s, d) for s, d in zip(shorts, demangleds)], dtype=object)
+    kinds = [unfused_kind(s, d) for s, d in zip(shorts, demangleds)]
     evidence: dict[str, str] = {}
     for name, kind in zip(shorts, kinds):
         if kind is not None:
             evidence.setdefault(kind, name)
-    return kinds[inverse] if len(k) else np.zeros(0, dtype=object), evidence
+    codes = np.array([UNFUSED_KINDS.index(kind) if kind else -1 for kind in kinds], dtype=np.int8)
+    return codes[inverse] if len(k) else np.zeros(0, dtype=np.int8), evidence
 
 
 def _attention_impl(k: pd.DataFrame, attn: np.ndarray, unfused: np.ndarray, evidence: dict[str, str],
@@ -124,7 +127,7 @@ def _attention_impl(k: pd.DataFrame, attn: np.ndarray, unfused: np.ndarray, evid
         impl = "cudnn" if _CUDNN_ATTENTION.search(top) else "flash" if _FLASH_ATTENTION.search(top) else "other"
         return impl, f"{top} ({totals.max() / 1e6:.1f} ms in the trace)"
     if "softmax" in evidence:
-        count = int((unfused == "softmax").sum())
+        count = int((unfused == UNFUSED_KINDS.index("softmax")).sum())
         return "unfused", f"{evidence['softmax']} ×{count} between GEMMs, no fused attention kernel"
     return None, None
 
@@ -154,10 +157,9 @@ def _moe_gemms(k: pd.DataFrame, gemm: np.ndarray) -> tuple[str | None, str | Non
     return None, None, launches
 
 
-def _exposed_host_copies(tl: Timeline, comm: np.ndarray, steps: Steps) -> np.ndarray:
-    cp, k = tl.memcpy, tl.kernels
+def _exposed_host_copies(tl: Timeline, compute: iv.Intervals, steps: Steps) -> np.ndarray:
+    """Per step, ns of host↔device copies while no compute kernel ran."""
+    cp = tl.memcpy
     host = np.isin(cp["copy_kind"].to_numpy(), HOST_COPY_KINDS) if len(cp) else np.zeros(0, dtype=bool)
     copies = iv.union(cp["start"].to_numpy()[host], cp["end"].to_numpy()[host])
-    compute = ~comm
-    busy = iv.union(k["start"].to_numpy()[compute], k["end"].to_numpy()[compute])
-    return iv.overlap_per_interval(steps.starts, steps.ends, iv.subtract(copies, busy)).astype(float)
+    return iv.overlap_per_interval(steps.starts, steps.ends, iv.subtract(copies, compute)).astype(float)

@@ -54,9 +54,11 @@ def blocked_norms(tl: Timeline, kcls: pd.DataFrame, steps: Steps) -> BlockedNorm
 
     start, end, stream = k["start"].to_numpy(), k["end"].to_numpy(), k["stream"].to_numpy()
     call_start, call_end, call_tid = kernel_launch_calls(tl)
-    prev_end, prev_call = _previous_on_stream(start, end, stream, call_start)
     norms = np.flatnonzero(persistent & (call_end >= 0))
-    ready = np.maximum(call_end[norms], prev_end[norms])
+    prev = _previous_on_stream(norms, stream)
+    prev_end = np.where(prev >= 0, end[prev], -1)
+    prev_call = np.where(prev >= 0, call_start[prev], -1)
+    ready = np.maximum(call_end[norms], prev_end)
     waited = start[norms] - ready > MIN_DELAY_NS
 
     holds = np.zeros(norms.size, dtype=bool)
@@ -67,7 +69,7 @@ def blocked_norms(tl: Timeline, kcls: pd.DataFrame, steps: Steps) -> BlockedNorm
         if not others.size:
             continue
         holds[mine], blocker[mine] = _held_by(start[norms[mine]], ready[mine], start[others], end[others], others)
-    dependency = _stream_wait_between(tl.api, call_tid[norms], prev_call[norms], call_start[norms])
+    dependency = _stream_wait_between(tl.api, call_tid[norms], prev_call, call_start[norms])
     hit = waited & holds & ~dependency
     index = norms[hit]
     delay = (start[index] - ready[hit]).astype(np.int64)
@@ -92,17 +94,16 @@ def _held_by(norm_start: np.ndarray, ready: np.ndarray, c_start: np.ndarray, c_e
     return held, np.where(last >= 0, c_rows[by_end[np.maximum(last, 0)]], -1)
 
 
-def _previous_on_stream(start: np.ndarray, end: np.ndarray, stream: np.ndarray,
-                        call_start: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """For each kernel, the end of the kernel before it on its stream, and that kernel's launch start."""
-    order = np.lexsort((start, stream))
-    prev_end = np.full(start.size, -1, dtype=np.int64)
-    prev_call = np.full(start.size, -1, dtype=np.int64)
-    same = stream[order][1:] == stream[order][:-1]
-    cur, before = order[1:][same], order[:-1][same]
-    prev_end[cur] = end[before]
-    prev_call[cur] = call_start[before]
-    return prev_end, prev_call
+def _previous_on_stream(rows: np.ndarray, stream: np.ndarray) -> np.ndarray:
+    """For each kernel row of ``rows``, the row of the kernel before it on its stream (−1: none).
+    Kernels come sorted by start, so a stream's rows in order are its kernels in order."""
+    prev = np.full(rows.size, -1, dtype=np.int64)
+    for s_id in np.unique(stream[rows]):
+        mine = np.flatnonzero(stream[rows] == s_id)
+        on_stream = np.flatnonzero(stream == s_id)
+        pos = np.searchsorted(on_stream, rows[mine]) - 1
+        prev[mine] = np.where(pos >= 0, on_stream[np.maximum(pos, 0)], -1)
+    return prev
 
 
 def _stream_wait_between(api: pd.DataFrame, tid: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
@@ -110,13 +111,15 @@ def _stream_wait_between(api: pd.DataFrame, tid: np.ndarray, lo: np.ndarray, hi:
     result = np.zeros(tid.size, dtype=bool)
     if not len(api) or not tid.size:
         return result
-    waits = api[api["name"].isin(STREAM_WAIT_API).to_numpy()]
-    if not len(waits):
+    waits = api["name"].isin(STREAM_WAIT_API).to_numpy()
+    if not waits.any():
         return result
-    w_tid, w_start = waits["tid"].to_numpy(), waits["start"].to_numpy()
+    w_tid, w_start = api["tid"].to_numpy()[waits], api["start"].to_numpy()[waits]
     for thread in np.unique(tid):
         mine = np.flatnonzero(tid == thread)
-        times = np.sort(w_start[w_tid == thread])
+        times = w_start[w_tid == thread]
+        if not np.all(times[1:] >= times[:-1]):  # calls usually come in start order already
+            times = np.sort(times)
         count = np.searchsorted(times, hi[mine], side="left") - np.searchsorted(times, lo[mine], side="right")
         result[mine] = count > 0
     return result

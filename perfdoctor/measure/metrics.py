@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from perfdoctor.classify.groups import GROUPS, GroupLabels
+from perfdoctor.classify.groups import GROUPS, GroupLabels, decode
 from perfdoctor.classify.timeline import category_mask
 from perfdoctor.measure import intervals as iv
 from perfdoctor.measure.activity import Activity
@@ -128,7 +128,7 @@ def timeline_metrics(tl: Timeline, kcls: pd.DataFrame, act: Activity, steps: Ste
             out["pipeline.bubble_fraction"] = _median(b.bubble_ns / safe)
             out["pipeline.warmup_cooldown_ms"] = _median(b.edge_ns) / NS_PER_MS
             out["pipeline.steady_stall_ms"] = _median(b.bubble_ns - b.edge_ns) / NS_PER_MS
-    starts = np.sort(k["start"].to_numpy())
+    starts = k["start"].to_numpy()  # sorted by the loader
     in_step = np.searchsorted(starts, steps.ends) - np.searchsorted(starts, steps.starts)
     out["kernels.count_per_step"] = _median(in_step.astype(np.float64))
     gpu_name = tl.gpu.name if tl.gpu else None
@@ -137,7 +137,7 @@ def timeline_metrics(tl: Timeline, kcls: pd.DataFrame, act: Activity, steps: Ste
     evidence["mfu"] = {"gpu": gpu_name, "peak_bf16_tflops": mfu.peak_bf16_tflops,
                        "peak_fp8_tflops": mfu.peak_fp8_tflops, "flops_per_step": mfu.flops_per_step,
                        "assumed": list(mfu.assumptions), "unknown_because": mfu.reason}
-    mix = kernel_mix(tl, kcls, steps)
+    mix = kernel_mix(tl, kcls, steps, compute)
     for family, ns in mix.family_ns.items():
         out[f"kernels.{family}_fraction"] = _median(ns / safe)
     out["kernels.unfused_ms"] = _median(mix.unfused_total_ns) / NS_PER_MS
@@ -165,7 +165,7 @@ def timeline_metrics(tl: Timeline, kcls: pd.DataFrame, act: Activity, steps: Ste
 def _ln_evidence(tl: Timeline, ln: Any, groups: GroupLabels, out: dict[str, Any]) -> dict[str, Any]:
     """Which NCCL group held the SMs the blocked norms waited for, the worst cases, and the margins set."""
     names = tl.kernels["short_name"].to_numpy(dtype=object)
-    blocker_group = groups.group[ln.blocker] if ln.blocker.size else np.zeros(0, dtype=object)
+    blocker_group = decode(groups.codes[ln.blocker], GROUPS)
     labels = np.array([g if g is not None else "unlabelled" for g in blocker_group], dtype=object)
     by_group = {str(g): int(c) for g, c in zip(*np.unique(labels.astype(str), return_counts=True))} \
         if labels.size else {}

@@ -37,8 +37,8 @@ def step_series(kernels: pd.DataFrame, act: Activity, steps: Steps, groups: Grou
     out["host.idle_ms"] = [round(float(x), 6) for x in np.maximum(durations - busy, 0.0)]
     if groups.any_labelled:
         start, end = kernels["start"].to_numpy(), kernels["end"].to_numpy()
-        for g in GROUPS:
-            mine = groups.group == g
+        for i, g in enumerate(GROUPS):
+            mine = groups.codes == i
             if mine.any():
                 out[f"comm.{g}.exposed_ms"] = per_step(iv.subtract(iv.union(start[mine], end[mine]), act.compute))
     return out

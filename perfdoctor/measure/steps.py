@@ -18,7 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from perfdoctor.load.labels import labelled
+from perfdoctor.classify.timeline import category_mask
+from perfdoctor.load.labels import labelled, matching
 from perfdoctor.model import Timeline
 
 PROFILER_STEP = re.compile(r"^ProfilerStep#\d+$")
@@ -51,18 +52,17 @@ def find_steps(tl: Timeline, window: tuple[int, int], kcls: pd.DataFrame) -> Ste
     ``window`` is the device's activity window, the last resort; ``kcls`` is the taxonomy of
     ``tl.kernels`` (its ``category`` column finds the optimizer kernels).
     """
-    ranges = tl.nvtx[tl.nvtx["end"].to_numpy() >= 0] if len(tl.nvtx) else tl.nvtx
-    ours = labelled(ranges, "step")
+    ours = labelled(tl.nvtx, "step")
+    ours = ours[ours["end"].to_numpy() >= 0]
     if len(ours):
         return _steps(ours, "nvtx-step")
-    if len(ranges):
-        texts = ranges["text"].to_numpy(dtype=object)
-        mask = np.array([isinstance(t, str) and bool(PROFILER_STEP.match(t)) for t in texts], dtype=bool)
-        if mask.any():
-            return _steps(ranges[mask], "profiler-step")
+    profiler = matching(tl.nvtx, PROFILER_STEP)
+    profiler = profiler[profiler["end"].to_numpy() >= 0]
+    if len(profiler):
+        return _steps(profiler, "profiler-step")
     if len(kcls):
         periodic = periodic_steps(tl.kernels["start"].to_numpy(), tl.kernels["end"].to_numpy(),
-                                  (kcls["category"] == "optimizer").to_numpy())
+                                  category_mask(kcls, "optimizer"))
         if periodic is not None:
             return periodic
     return Steps(np.array([window[0]], dtype=np.int64), np.array([window[1]], dtype=np.int64), "window")

@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from perfdoctor.classify.projection import kernel_launch_calls
-from perfdoctor.classify.timeline import category_mask
+from perfdoctor.classify.timeline import category_mask, class_mask
 from perfdoctor.measure.steps import Steps
 from perfdoctor.model import Timeline
 
@@ -47,8 +47,7 @@ def serialized_overlap(tl: Timeline, kcls: pd.DataFrame, steps: Steps) -> Serial
     k = tl.kernels
     env = tl.trace.env.get(CONNECTIONS_ENV)
     empty = np.zeros(0, dtype=np.int64)
-    library = kcls["library"].to_numpy(dtype=object) if len(k) else np.zeros(0, dtype=object)
-    overlap_comm = category_mask(kcls, "comm") & (library == "userbuffers") \
+    overlap_comm = category_mask(kcls, "comm") & class_mask(kcls, "library", "userbuffers") \
         if len(k) else np.zeros(0, dtype=bool)
     if not overlap_comm.any():
         return SerializedOverlap(empty, empty, empty, None, 0, env)
