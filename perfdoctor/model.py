@@ -77,6 +77,8 @@ class Timeline:
       api       start end tid correlation_id name event_class   (CUDA runtime/driver calls of this process)
       nvtx      start end event_type tid end_tid domain text range_id category int_value double_value
                 (ranges have end >= start; marks have end == -1)
+      nccl      start end tid name comm bytes nranks rank   (NCCL API calls whose NVTX payload names their
+                communicator: ``comm`` uint64 id; -1 where a value is unknown; only in exports with blobs)
     """
 
     trace: TraceInfo
@@ -89,6 +91,7 @@ class Timeline:
     sync: pd.DataFrame
     api: pd.DataFrame
     nvtx: pd.DataFrame
+    nccl: pd.DataFrame | None = None  # NCCL payload events (load/nccl_payload.py); None or empty: none
     thread_names: dict[int, str] = field(default_factory=dict)
     process_name: str | None = None
     osrt_calls: int = 0

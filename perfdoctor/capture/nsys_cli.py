@@ -13,6 +13,8 @@ Facts this module is built on (research/nsys_local.md, research/nsys_schema.md Â
   broad name.
 * nsys keeps its session directory and ``nsys-report-*.qdstrm`` under ``$TMPDIR``: a private one per
   call keeps concurrent captures apart.
+* ``nsys export --include-blobs=true`` (2026.x) keeps NVTX extended payloads (NCCL's communicator ids)
+  in ``NVTX_EVENTS.binaryData``; without it they are dropped (``EXPORT_PARAM_INCLUDE_BLOBS`` false).
 * A ``.qdstrm`` without a ``.nsys-rep`` means the importer was not found (Debian needs the
   host-linux-x64 link that scripts/install_nsys.sh makes).
 """
@@ -45,6 +47,7 @@ class NsysCli:
     version: str  # "2022.4.2.1"
     options: frozenset[str] = field(default_factory=frozenset)  # long options of `nsys profile`
     traces: frozenset[str] = field(default_factory=frozenset)  # values --trace accepts
+    export_options: frozenset[str] = field(default_factory=frozenset)  # long options of `nsys export`
 
     @property
     def release(self) -> str:
@@ -63,18 +66,24 @@ def find_nsys(executable: str | None = None) -> NsysCli:
     try:
         out = _run_quiet([path, "--version"])
         help_text = _run_quiet([path, "profile", "--help"])
+        export_help = _run_quiet([path, "export", "--help"])
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise InputError(f"{path}: cannot run it ({exc}); {INSTALL_HINT}") from None
     match = _VERSION_RE.search(out)
     if match is None:
         raise InputError(f"{path}: not an Nsight Systems CLI (`--version` printed no version); {INSTALL_HINT}")
     options, traces = parse_profile_help(help_text)
-    return NsysCli(path, match.group(1), options, traces)
+    return NsysCli(path, match.group(1), options, traces, parse_options(export_help))
+
+
+def parse_options(help_text: str) -> frozenset[str]:
+    """Long options (``--name``) a command's ``--help`` lists."""
+    return frozenset(_OPTION_RE.findall(help_text))
 
 
 def parse_profile_help(text: str) -> tuple[frozenset[str], frozenset[str]]:
     """Long options and ``--trace`` values listed by ``nsys profile --help``."""
-    options = frozenset(_OPTION_RE.findall(text))
+    options = parse_options(text)
     match = _TRACE_RE.search(text)
     traces = frozenset(re.findall(r"'([a-z0-9-]+)'", match.group(1))) if match else frozenset()
     return options, traces
@@ -107,7 +116,10 @@ def profile_args(cli: NsysCli, *, output: str, cuda: bool, profiler_api: bool, f
 
 
 def export_args(cli: NsysCli, report: Path, output: Path, *, force: bool) -> list[str]:
-    return [cli.path, "export", "--type=sqlite", f"--force-overwrite={'true' if force else 'false'}",
+    """``nsys export`` to SQLite; with NVTX payload blobs where the release can export them (2026.x:
+    NCCL's communicator ids, which label the parallel group of plain captures)."""
+    blobs = ["--include-blobs=true"] if "--include-blobs" in cli.export_options else []
+    return [cli.path, "export", "--type=sqlite", *blobs, f"--force-overwrite={'true' if force else 'false'}",
             f"--output={output}", str(report)]
 
 

@@ -2,11 +2,12 @@
 
 Sources, strongest first (DESIGN §4): perfdoctor ``comm ... group=<g>`` NVTX ranges projected onto the
 kernels they launched (``label_source`` "nvtx"); then facts of the kernel itself (``heuristic``):
-Transformer Engine userbuffers kernels exist only for TP comm-GEMM overlap; then the name-only
-fallback of ``group_heuristics`` (streams, launch-order neighbours, the run config). Every label has a
-confidence (high | medium | low) so a guess is never presented as a fact; kernels no source can label
-stay unlabelled.
-"""
+Transformer Engine userbuffers kernels exist only for TP comm-GEMM overlap; then NCCL's own NVTX
+payloads (``nccl_payload``, nsys 2026.x exports with blobs): the kernels of one communicator are one
+process group, named by the communicator's size against the run config or by the vote of its kernels'
+guesses; then the name-only fallback of ``group_heuristics`` (streams, launch-order neighbours, the
+run config). Every label has a confidence (high | medium | low) so a guess is never presented as a
+fact; kernels no source can label stay unlabelled."""
 
 from __future__ import annotations
 
@@ -17,14 +18,17 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from perfdoctor.classify.group_heuristics import CANDIDATES, CONFIDENCE, heuristic_groups
+from perfdoctor.classify.communicators import Communicators, communicators
+from perfdoctor.classify.group_heuristics import CANDIDATES, CONFIDENCE, group_sizes, heuristic_groups
 from perfdoctor.classify.projection import NO_RANGE, enclosing_range, kernel_launch_calls
 from perfdoctor.classify.timeline import category_mask, class_mask
 from perfdoctor.load.labels import labelled, message_codes, parse_label
 from perfdoctor.model import Timeline
 
 GROUPS = (*CANDIDATES, "other")  # a candidate's index is its group code
-SOURCES = ("nvtx", "heuristic")
+SOURCES = ("nvtx", "nccl_payload", "heuristic")
+# A communicator whose kernels' per-kernel guesses agree by at least this share of their time: medium.
+AGREEMENT = 0.9
 # Megatron's finer groups fold into the report's groups: expert-TP is TP traffic, expert-DP is DP
 # traffic; embedding and model-parallel (grad-norm, loss) reductions are small "other" traffic.
 FOLD = {"etp": "tp", "edp": "dp", "embd": "other", "mp": "other"}
@@ -76,6 +80,39 @@ class GroupLabels:
         return out
 
 
+def _by_communicator(comms: Communicators, known: np.ndarray, guess: np.ndarray, kernels: pd.DataFrame,
+                     config: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+    """One group per NCCL communicator (a communicator is one process group), for its kernels: the
+    NVTX label some of them carry; else the one group whose configured size equals the communicator's
+    (high confidence); else the duration-weighted vote of the kernels' heuristic guesses among the
+    groups of that size (medium when near unanimous, else low). Group and confidence codes per kernel."""
+    named = np.full(known.size, UNLABELLED, dtype=np.int8)
+    sure = np.full(known.size, UNLABELLED, dtype=np.int8)
+    sizes = group_sizes(config)
+    dur = (kernels["end"].to_numpy() - kernels["start"].to_numpy()).astype(np.float64)
+    for c in range(comms.ids.size):
+        members = np.flatnonzero(comms.of_kernel == c)
+        facts = known[members][known[members] >= 0]
+        if facts.size:
+            named[members], sure[members] = np.bincount(facts).argmax(), CONFIDENCE.index("high")
+            continue
+        allowed = np.array([sizes[g] is None or sizes[g] > 1 for g in CANDIDATES])
+        if comms.sizes[c] > 0:
+            fits = np.array([sizes[g] == comms.sizes[c] for g in CANDIDATES])
+            if fits.sum() == 1:
+                named[members], sure[members] = int(np.argmax(fits)), CONFIDENCE.index("high")
+                continue
+            if fits.any():
+                allowed &= fits
+        voters = members[(guess[members] >= 0)]
+        votes = np.bincount(guess[voters], weights=dur[voters] + 1.0, minlength=len(CANDIDATES))
+        votes[~allowed] = 0.0
+        if votes.sum() > 0:
+            named[members] = int(np.argmax(votes))
+            sure[members] = CONFIDENCE.index("medium" if votes.max() >= AGREEMENT * votes.sum() else "low")
+    return named, sure
+
+
 def decode(codes: np.ndarray, names: tuple[str, ...]) -> np.ndarray:
     """Names of ``codes`` (object array; ``None`` for negative codes)."""
     return np.array([*names, None], dtype=object)[np.where(codes >= 0, codes, len(names))]
@@ -98,7 +135,14 @@ def label_groups(tl: Timeline, kcls: pd.DataFrame, config: dict[str, Any] | None
         source[userbuffers] = SOURCES.index("heuristic")
         confidence[userbuffers] = CONFIDENCE.index("high")  # userbuffers kernels exist only for TP overlap: a fact
         guess, how_sure = heuristic_groups(tl.kernels, kcls, config or {}, group)
-        guessed = guess >= 0
+        comms = communicators(tl, comm_idx)
+        if comms.ids.size:
+            named, sure = _by_communicator(comms, group, guess, tl.kernels, config or {})
+            payload = (named >= 0) & (group < 0)
+            group[payload] = named[payload]
+            source[payload] = SOURCES.index("nccl_payload")
+            confidence[payload] = sure[payload]
+        guessed = (guess >= 0) & (group < 0)
         group[guessed] = guess[guessed]
         source[guessed] = SOURCES.index("heuristic")
         confidence[guessed] = how_sure[guessed]

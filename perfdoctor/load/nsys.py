@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from perfdoctor.errors import InputError
+from perfdoctor.load.nccl_payload import read_payloads
 from perfdoctor.load.sqlite_export import SqliteExport
 from perfdoctor.model import GpuInfo, Timeline, TraceInfo
 
@@ -199,6 +200,10 @@ def read_timelines(db: SqliteExport, info: TraceInfo) -> list[Timeline]:
     sync = _device_table(db, SYNC_TABLE, {"sync_type": "syncType"})
     api = _api_calls(db, strings)
     nvtx, thread_names_nvtx = _nvtx(db, strings)
+    nccl, undecoded = read_payloads(db, strings)
+    if undecoded:
+        info.warnings.append(f"{undecoded} NVTX payload blob(s) could not be decoded (binaryData layout not "
+                             "understood): the NCCL communicators of those calls are unknown")
     thread_names = {**_thread_names(db, strings), **thread_names_nvtx}
     processes = _process_names(db)
     osrt = _osrt_counts(db)
@@ -221,10 +226,11 @@ def read_timelines(db: SqliteExport, info: TraceInfo) -> list[Timeline]:
                 "work); only NVTX and OS-runtime activity can be summarised"
             )
 
-    by_pid = {name: _group_by_pid(table, by_tid=name in ("api", "nvtx"))
+    by_pid = {name: _group_by_pid(table, by_tid=name in ("api", "nvtx", "nccl"))
               for name, table in (("kernels", kernels), ("memcpy", memcpy), ("memset", memset), ("sync", sync),
-                                  ("api", api), ("nvtx", nvtx))}
-    empty = {"kernels": kernels, "memcpy": memcpy, "memset": memset, "sync": sync, "api": api, "nvtx": nvtx}
+                                  ("api", api), ("nvtx", nvtx), ("nccl", nccl))}
+    empty = {"kernels": kernels, "memcpy": memcpy, "memset": memset, "sync": sync, "api": api, "nvtx": nvtx,
+             "nccl": nccl}
     timelines = []
     for gpid, dev in keys:
         parts = {name: _part(by_pid[name].get(gpid, frame.iloc[0:0]), dev) for name, frame in empty.items()}

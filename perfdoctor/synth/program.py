@@ -4,6 +4,10 @@
 has not produced yet, then yields the keys it waits for; `simulate.py` resumes it once the peers have
 posted them. Everything else (per-layer kernels, TP/CP/EP/DP communication, optimizer, host pauses,
 labels) happens inline, so overlap and exposure emerge from streams and dependencies.
+
+With `labels.nccl_payload` every NCCL collective / point-to-point range also records what its payload
+needs (group kind, bytes, peer); one `ncclCommInitRankConfig` range per communicator precedes the first
+step when `labels.nccl_comm_init` is on.
 """
 
 from __future__ import annotations
@@ -23,6 +27,11 @@ from perfdoctor.synth.schedule import Pass, stage_passes
 Waits = Generator[list[tuple], list[int] | None, None]
 
 _NCCL_NAME = {"all_gather": "ncclAllGather", "reduce_scatter": "ncclReduceScatter", "all_reduce": "ncclAllReduce"}
+_COMM_INIT = "ncclCommInitRankConfig"
+# Host time of one communicator's creation range: small enough that all of them fit in the last 0.5 ms
+# before the first step, which the export's analysis window still covers.
+_COMM_INIT_NS = 80_000
+_SETUP_NS = 2_000_000  # host time between the config mark and the first step
 _NORM_TUNED_HIDDEN = {
     768,
     1024,
@@ -78,6 +87,9 @@ class StageProgram:
         self.fp8 = k["precision"] == "fp8"
         self.label_pd = sc.labels["perfdoctor"]
         self.label_nccl = sc.labels["nccl"]
+        self.nccl_payload = sc.nccl_payload
+        if self.nccl_payload:
+            rec.communicators = {r: {c.group: c for c in sc.communicators(r)} for r in sc.stage_ranks(stage)}
         base = k["stream_base"]
         self.s_compute = base
         self.s_dp = base + 8
@@ -287,9 +299,13 @@ class StageProgram:
         stream: int,
         dur: float,
         after: int = 0,
-        nccl_calls: tuple[str, ...] = (),
+        nccl_calls: tuple[tuple[str, int], ...] = (),
+        call_bytes: int = 0,
     ) -> int:
-        """Launch a collective with the perfdoctor and NCCL NVTX ranges a real run would show."""
+        """Launch a collective with the perfdoctor and NCCL NVTX ranges a real run would show.
+
+        `nccl_calls`: the grouped point-to-point calls as (API name, peer offset in the group), each
+        moving `call_bytes`; without them, one collective call of `nbytes`."""
         rec = self.rec
         pd = (
             rec.push(f"comm op={op} group={group} bytes={int(nbytes)} size={size}", "perfdoctor")
@@ -300,17 +316,37 @@ class StageProgram:
         if self.label_nccl:
             if len(nccl_calls) > 1:
                 rec.pop(rec.push("ncclGroupStart", "NCCL"))
-                for call in nccl_calls:
-                    rec.pop(rec.push(call, "NCCL"))
+                for call, peer in nccl_calls:
+                    rec.pop(self._nccl_call(call, group, call_bytes, peer))
                 nc = rec.push("ncclGroupEnd", "NCCL")
+            elif nccl_calls:
+                nc = self._nccl_call(nccl_calls[0][0], group, call_bytes, nccl_calls[0][1])
             else:
-                nc = rec.push(nccl_calls[0] if nccl_calls else _NCCL_NAME[op], "NCCL")
+                nc = self._nccl_call(_NCCL_NAME[op], group, nbytes)
         end = rec.launch(spec, stream, dur, group, after)
         if nc >= 0:
             rec.pop(nc)
         if pd >= 0:
             rec.pop(pd)
         return end
+
+    def _nccl_call(self, name: str, group: str, nbytes: float, peer: int = 0) -> int:
+        """Open the NVTX range of one NCCL API call; with payloads on, note what its payload holds."""
+        idx = self.rec.push(name, "NCCL")
+        if self.nccl_payload:
+            self.rec.nccl_calls[idx] = (group, int(nbytes), peer)
+        return idx
+
+    def _comm_init(self) -> None:
+        """ncclCommInitRankConfig of each communicator (torch creates them eagerly when the process group
+        knows its device), ending where the setup time before the first step ends."""
+        rec = self.rec
+        comms = list(rec.communicators[rec.rank].values()) if rec.communicators else []
+        rec.host_work(_SETUP_NS - _COMM_INIT_NS * len(comms))
+        for comm in comms:
+            idx = self._nccl_call(_COMM_INIT, comm.group, 0)
+            rec.host_work(_COMM_INIT_NS)
+            rec.pop(idx)
 
     def _run(self, key: str) -> int:
         spec, dur = self.k[key]
@@ -391,6 +427,7 @@ class StageProgram:
         for i in range(self.cp):
             nxt = ready
             if i < self.cp - 1:
+                # ring exchange: KV goes to the next CP rank while the previous one's arrives
                 nxt = self._comm(
                     "send_recv",
                     "cp",
@@ -400,7 +437,8 @@ class StageProgram:
                     self.s_cp,
                     self._n(xfer),
                     after=ready,
-                    nccl_calls=("ncclSend", "ncclRecv"),
+                    nccl_calls=(("ncclSend", 1), ("ncclRecv", -1)),
+                    call_bytes=nbytes,
                 )
             for j, (spec, dur) in enumerate(items):
                 rec.launch(spec, self.s_compute, self._n(dur), "", ready if j == 0 else 0)
@@ -415,15 +453,33 @@ class StageProgram:
             self._run("permute")
         a2a = self.a2a_bytes * (0.8 + 0.4 * self.rng.random())
         xfer = self.gpu.link_ns(a2a * (ep - 1) / ep, network=self.sc.comm["dp_network"]) if ep > 1 else 0
-        calls = ("ncclSend", "ncclRecv") * (ep - 1)
+        # all_to_all_single: a send and a receive with every other EP rank, 1/ep of the tokens each
+        calls = tuple((name, i) for i in range(1, ep) for name in ("ncclSend", "ncclRecv"))
+        per_peer = int(a2a) // ep
         if ep > 1:
             self._comm(
-                "all_to_all", "ep", int(a2a), ep, self.k["nccl_p2p"], self.s_compute, self._n(xfer), nccl_calls=calls
+                "all_to_all",
+                "ep",
+                int(a2a),
+                ep,
+                self.k["nccl_p2p"],
+                self.s_compute,
+                self._n(xfer),
+                nccl_calls=calls,
+                call_bytes=per_peer,
             )
         self._seq(self.k["experts_fwd" if forward else "experts_bwd"])
         if ep > 1:
             self._comm(
-                "all_to_all", "ep", int(a2a), ep, self.k["nccl_p2p"], self.s_compute, self._n(xfer), nccl_calls=calls
+                "all_to_all",
+                "ep",
+                int(a2a),
+                ep,
+                self.k["nccl_p2p"],
+                self.s_compute,
+                self._n(xfer),
+                nccl_calls=calls,
+                call_bytes=per_peer,
             )
         self._run("unpermute" if forward else "permute")
         if not forward:
@@ -565,7 +621,11 @@ class StageProgram:
             return
         rec = self.rec
         op = "send_recv" if sends and recvs else ("send" if sends else "recv")
-        calls = tuple(["ncclSend"] * len(sends) + ["ncclRecv"] * len(recvs))
+        # peers as stage offsets (a stage's rank in the PP group is the stage): a forward send goes to the
+        # next virtual stage, a backward one to the previous; a receive comes from the key's sender
+        peers = [(k[3] + 1 if k[0] == "f" else k[3] - 1) % self.pp - self.stage for k in sends]
+        peers += [k[3] % self.pp - self.stage for k in recvs]
+        calls = tuple(zip(["ncclSend"] * len(sends) + ["ncclRecv"] * len(recvs), peers))
         end = self._comm(
             op,
             "pp",
@@ -575,6 +635,7 @@ class StageProgram:
             self.s_compute,
             self._n(self.pp_xfer),
             nccl_calls=calls,
+            call_bytes=self.act_bytes,
         )
         for key in sends:
             self.mailbox[key] = end
@@ -675,7 +736,10 @@ class StageProgram:
         if self.label_pd:
             # the per-process `rank` mark is added by the writer, which knows which rank each file holds
             self.rec.mark("config " + json.dumps(config_mark, separators=(",", ":")), "perfdoctor")
-        self.rec.host_work(2e6)
+        if self.sc.nccl_comm_init:
+            self._comm_init()
+        else:
+            self.rec.host_work(_SETUP_NS)
         for step in range(self.sc.run["steps"]):
             yield from self._step(step)
         self.step_starts.append(self.rec.host)

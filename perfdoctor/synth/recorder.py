@@ -11,6 +11,11 @@ cannot start until that kernel ends, unless the SM margin env var leaves room. C
 
 Columns are appended to plain lists (ints), so a million kernels stay cheap; the writer and the
 ground truth read the same lists.
+
+A recorder stands for every rank of its pipeline stage. NCCL's NVTX payloads differ between those ranks
+(each names its own communicator), so the recorder keeps what they depend on — per NCCL API range the
+process-group kind, bytes and peer offset (`nccl_calls`), and every rank's communicators — and the writer
+builds each rank's payloads from them.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from perfdoctor.synth.kernels import KernelTable
+from perfdoctor.synth.scenario import Communicator
 
 GROUP_CODES = {"": 0, "dp": 1, "tp": 2, "cp": 3, "pp": 4, "ep": 5}
 GROUP_NAMES = {v: k for k, v in GROUP_CODES.items()}
@@ -99,6 +105,11 @@ class RankRecorder:
     r_name: list[str] = field(default_factory=list)
     # NVTX rows: (start, end, eventType, text, domain)
     nvtx: list[tuple[int, int | None, int, str, str]] = field(default_factory=list)
+    # NCCL payloads (labels.nccl_payload): per global rank of the stage its communicators by group kind,
+    # None when payloads are off; per NCCL API row index (group kind, message bytes, peer offset), the
+    # peer being the group rank `peer offset` places after the caller's
+    communicators: dict[int, dict[str, Communicator]] | None = None
+    nccl_calls: dict[int, tuple[str, int, int]] = field(default_factory=dict)
     # host activity that explains idle time, independent of labels: (start, end, cause)
     host_ranges: list[tuple[int, int, str]] = field(default_factory=list)
     # tuned norms delayed behind NCCL: (kernel index, delay ns)

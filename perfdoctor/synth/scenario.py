@@ -3,11 +3,15 @@
 A scenario is YAML (or a dict) with the sections below; every key is optional except `name`. Bad input
 raises :class:`perfdoctor.errors.InputError` with one line naming the field (e.g. ``parallel.tp``), so
 `perfdoctor synth` can report it without a traceback.
+
+The scenario also fixes the run's process groups (`Scenario.communicators`): which ranks share a TP, CP,
+EP, DP or PP group and the 64-bit id NCCL reports for that group's communicator.
 """
 
 from __future__ import annotations
 
 import copy
+import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -91,6 +95,11 @@ _SPEC: dict[str, dict[str, tuple[type | tuple[type, ...], Any, tuple[Any, ...] |
         "perfdoctor": (bool, True, None),
         "nccl": (bool, True, None),
         "strings": (str, "registered", ("registered", "ascii")),
+        # NCCL's NVTX extended payloads (communicator id, message size, ...) as `nsys export
+        # --include-blobs=true` writes them; needs output.schema 2026.2 and labels.nccl
+        "nccl_payload": (bool, False, None),
+        # one ncclCommInitRankConfig range per communicator before the first step (with nccl_payload)
+        "nccl_comm_init": (bool, True, None),
     },
     "output": {
         "schema": (str, "2024.2", ("2022.4", "2024.2", "2026.2")),
@@ -103,6 +112,34 @@ _SPEC: dict[str, dict[str, tuple[type | tuple[type, ...], Any, tuple[Any, ...] |
         "seed": (int, 1, None),
     },
 }
+# Keys that appear in a validated section only when the first of them is on, so scenarios without the
+# option (and the truth files that record their labels) read exactly as before it existed.
+_SPARSE = {"labels": ("nccl_payload", "nccl_comm_init")}
+
+# Process-group kinds with an NCCL communicator, in the order Megatron creates them
+# (initialize_model_parallel: data-parallel with CP, CP, TP, PP, then the expert groups).
+COMM_KINDS = ("dp", "cp", "tp", "pp", "ep")
+
+
+@dataclass(frozen=True)
+class Communicator:
+    """One process group's NCCL communicator: its kind, member ranks in group-rank order, and the id
+    (NCCL's `commHash`, an unsigned 64-bit value) its payloads carry."""
+
+    group: str
+    ranks: tuple[int, ...]
+    id: int
+
+    def rank_in_group(self, rank: int) -> int:
+        return self.ranks.index(rank)
+
+
+def communicator_id(group: str, ranks: tuple[int, ...]) -> int:
+    """A stable 64-bit id per group instance. DP communicators always get the top bit, so any trace with
+    data parallelism carries ids that do not fit a signed 64-bit integer."""
+    digest = hashlib.blake2b(f"{group}:{','.join(map(str, ranks))}".encode(), digest_size=8).digest()
+    cid = int.from_bytes(digest, "little")
+    return cid | (1 << 63) if group == "dp" else cid
 
 
 @dataclass(frozen=True)
@@ -134,6 +171,49 @@ class Scenario:
     def stage_of(self, rank: int) -> int:
         p = self.parallel
         return rank // (p["tp"] * p["cp"] * p["dp"])
+
+    @property
+    def nccl_payload(self) -> bool:
+        return bool(self.labels.get("nccl_payload", False))
+
+    @property
+    def nccl_comm_init(self) -> bool:
+        return self.nccl_payload and bool(self.labels.get("nccl_comm_init", True))
+
+    def stage_ranks(self, stage: int) -> range:
+        n = self.world_size // self.parallel["pp"]
+        return range(stage * n, (stage + 1) * n)
+
+    def group_ranks(self, group: str, rank: int) -> tuple[int, ...]:
+        """The ranks of `rank`'s process group of kind `group`, in group-rank (ascending) order. `dp` is the
+        data-parallel group with context parallelism (dp * cp ranks: gradients reduce over both, as the
+        simulator's DP collectives do); `ep` follows Megatron's expert order tp-ep-dp-pp, whose EP ranks are
+        consecutive in the combined cp-dp index."""
+        p = self.parallel
+        tp, cp, dp = p["tp"], p["cp"], p["dp"]
+        t, j, stage = rank % tp, (rank // tp) % (cp * dp), self.stage_of(rank)
+        c, d = j % cp, j // cp
+        if group == "tp":
+            return tuple(self.rank_of(stage, x, c, d) for x in range(tp))
+        if group == "cp":
+            return tuple(self.rank_of(stage, t, x, d) for x in range(cp))
+        if group == "dp":
+            return tuple(t + tp * (x + cp * dp * stage) for x in range(cp * dp))
+        if group == "ep":
+            first = j // p["ep"] * p["ep"]
+            return tuple(t + tp * (first + x + cp * dp * stage) for x in range(p["ep"]))
+        if group == "pp":
+            return tuple(self.rank_of(s, t, c, d) for s in range(p["pp"]))
+        raise ValueError(f"unknown process group kind {group!r}")
+
+    def communicators(self, rank: int) -> list[Communicator]:
+        """`rank`'s communicators (groups of more than one rank), in creation order."""
+        out = []
+        for group in COMM_KINDS:
+            ranks = self.group_ranks(group, rank)
+            if len(ranks) > 1:
+                out.append(Communicator(group, ranks, communicator_id(group, ranks)))
+        return out
 
     def output_ranks(self) -> list[int]:
         """Ranks to write: `stages` (first rank of each pipeline stage), `all`, or an explicit list."""
@@ -215,6 +295,11 @@ def _check_consistency(s: Scenario) -> None:
             raise _fail("output.ranks", "lists a rank twice")
     if s.gpu["gpus_per_node"] < 1:
         raise _fail("gpu.gpus_per_node", "must be at least 1")
+    if s.nccl_payload:
+        if s.output["schema"] != "2026.2":
+            raise _fail("labels.nccl_payload", f'needs output.schema "2026.2", got {s.output["schema"]!r}')
+        if not s.labels["nccl"]:
+            raise _fail("labels.nccl_payload", "needs labels.nccl: true (payloads ride on NCCL's NVTX ranges)")
 
 
 def scenario_from_dict(raw: dict[str, Any]) -> Scenario:
@@ -231,7 +316,12 @@ def scenario_from_dict(raw: dict[str, Any]) -> Scenario:
     unknown = sorted(set(raw) - set(_SPEC))
     if unknown:
         raise _fail(unknown[0], f"unknown section (known: name, description, {', '.join(_SPEC)})")
-    s = Scenario(name=name, description=description, **{k: _section(k, raw.get(k)) for k in _SPEC})
+    sections = {k: _section(k, raw.get(k)) for k in _SPEC}
+    for section, (switch, *rest) in _SPARSE.items():
+        if not sections[section][switch]:
+            for key in (switch, *rest):
+                del sections[section][key]
+    s = Scenario(name=name, description=description, **sections)
     _check_consistency(s)
     return s
 

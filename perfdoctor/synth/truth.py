@@ -8,6 +8,11 @@
   start (sync call > GC range > data range > launch-bound); other idle time is `device_wait`;
 - bubble (PP > 1) = exposed PP comm + device-side idle; theory (p−1)/(v·m+p−1) of the step;
 - LN blocked: tuned (cooperative) norms whose start was delayed by a side-stream NCCL kernel.
+
+With NCCL payloads (labels.nccl_payload) a rank's truth also has `communicators`: id (decimal string) ->
+group kind, size and member ranks in group-rank order. `rank_truth` sees a stage's shared timeline, not
+the rank, so it lists the communicators of every written rank of that stage; a rank's own are those whose
+`ranks` hold it, and its rank in one is its position there.
 """
 
 from __future__ import annotations
@@ -120,7 +125,20 @@ def rank_truth(
                 "memset": int(((f_start >= lo) & (f_start < hi)).sum()),
             }
         )
-    return {"steps": steps}
+    out: dict[str, Any] = {"steps": steps}
+    if rec.communicators is not None:
+        out["communicators"] = _communicators(sc, rec)
+    return out
+
+
+def _communicators(sc: Scenario, rec: RankRecorder) -> dict[str, dict[str, Any]]:
+    written = set(sc.output_ranks())
+    out: dict[str, dict[str, Any]] = {}
+    for rank, comms in sorted(rec.communicators.items()) if rec.communicators else ():
+        if rank in written:
+            for c in comms.values():
+                out[str(c.id)] = {"group": c.group, "size": len(c.ranks), "ranks": list(c.ranks)}
+    return out
 
 
 def _cause_at(t: int, sync_s: np.ndarray, sync_e: np.ndarray, ranges: dict[str, tuple[np.ndarray, np.ndarray]]) -> str:

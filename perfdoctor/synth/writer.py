@@ -6,12 +6,19 @@ globalTid = VM 1 << 48 | pid << 24 | tid, globalPid = globalTid with tid 0; kern
 registered NVTX strings are StringIds; correlationIds are unique per process and shared between a launch
 call and its kernel (or copy, or fill); synchronization records carry the correlationId of their
 cudaStreamSynchronize / cudaStreamWaitEvent call; NVTX domains are created per process with eventType 75 rows.
+
+NCCL payloads (labels.nccl_payload, 2026.2 only), as `nsys export --include-blobs=true` writes them:
+`NVTX_EVENTS.binaryData` of each NCCL collective / point-to-point range is a BLOB — a 32-byte header of
+little-endian u64 domainId, schemaId, payloadSize, payloadOffset (32), then NCCL's payload struct — and
+`NVTX_PAYLOAD_SCHEMAS` / `NVTX_PAYLOAD_SCHEMA_ENTRIES` describe NCCL's static schemas once per process,
+keyed by that process's NCCL domainId, with the NULLs a real export leaves (entry offset 0 is NULL).
 """
 
 from __future__ import annotations
 
 import itertools
 import sqlite3
+import struct
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -21,9 +28,11 @@ from typing import Any
 
 import numpy as np
 
+from perfdoctor.errors import InputError
 from perfdoctor.synth.gpu import GpuModel
 from perfdoctor.synth.kernels import KernelTable
 from perfdoctor.synth.recorder import MEM_DEVICE, NVTX_DOMAIN_CREATE, NVTX_MARK, RankRecorder
+from perfdoctor.synth.scenario import Communicator
 
 SCHEMAS = {
     "2022.4": ("2022.4.2.sql", "2022.4.2.1", "3.0.0", "2022.4"),
@@ -32,6 +41,34 @@ SCHEMAS = {
 }
 VM_BITS = 1 << 48
 SESSION_UTC_NS = 1_780_000_000_000_000_000
+# Start of the DDL's NCCL payload tables: created only for traces with payloads, so the table set of the
+# others stays what it was before payloads existed.
+_PAYLOAD_DDL = "-- NCCL payload tables"
+
+# NCCL's static payload schemas (NCCL's nvtx_payload_schemas.h): id (1 << 24) + NVTX_SID_<func>, size,
+# entries (name, NVTX entry type, offset). Entry types: 18 uint64, 22 size_t, 5 int32, and NCCL's
+# reduction-op enum (itself a schema, (1 << 24) + 16), stored as a 4-byte C enum.
+_SCHEMA_BASE = 1 << 24
+_UINT64, _SIZE_T, _INT32, _REDOP = 18, 22, 5, _SCHEMA_BASE + 16
+_ENTRY_FORMAT = {_UINT64: "<Q", _SIZE_T: "<Q", _INT32: "<i", _REDOP: "<i"}
+_COMM = ("NCCL communicator ID", _UINT64, 0)
+_BYTES = ("Message size [bytes]", _SIZE_T, 8)
+_MEMBER = (_COMM, ("No. of ranks", _INT32, 8), ("Rank", _INT32, 12), ("CUDA device", _INT32, 16))
+NCCL_SCHEMAS: dict[str, tuple[int, int, tuple[tuple[str, int, int], ...]]] = {
+    "ncclCommInitRank": (_SCHEMA_BASE + 0, 24, _MEMBER),
+    "ncclCommDestroy": (_SCHEMA_BASE + 2, 24, _MEMBER),
+    "ncclAllGather": (_SCHEMA_BASE + 4, 16, (_COMM, _BYTES)),
+    "ncclAllReduce": (_SCHEMA_BASE + 5, 24, (_COMM, _BYTES, ("Reduction operation", _REDOP, 16))),
+    "ncclBroadcast": (_SCHEMA_BASE + 6, 24, (_COMM, _BYTES, ("Root", _INT32, 16))),
+    "ncclReduceScatter": (_SCHEMA_BASE + 7, 24, (_COMM, _BYTES, ("Reduction operation", _REDOP, 16))),
+    "ncclReduce": (_SCHEMA_BASE + 8, 24, (_COMM, _BYTES, ("Reduction operation", _REDOP, 16))),
+    "ncclSend": (_SCHEMA_BASE + 9, 24, (_COMM, _BYTES, ("Peer rank", _INT32, 16))),
+    "ncclRecv": (_SCHEMA_BASE + 10, 24, (_COMM, _BYTES, ("Peer rank", _INT32, 16))),
+    "ncclCommInitRankConfig": (_SCHEMA_BASE + 11, 24, _MEMBER),
+    "ncclCommFinalize": (_SCHEMA_BASE + 14, 8, (_COMM,)),
+}
+_PAYLOAD_HEADER = struct.Struct("<4Q")  # domainId, schemaId, payloadSize, payloadOffset
+_REDOP_SUM = 0  # ncclSum
 
 
 @dataclass
@@ -66,8 +103,9 @@ class _Strings:
         return sid
 
 
-def _ddl(schema: str) -> str:
-    return resources.files("perfdoctor.synth").joinpath("ddl", SCHEMAS[schema][0]).read_text()
+def _ddl(schema: str, payloads: bool) -> str:
+    text = resources.files("perfdoctor.synth").joinpath("ddl", SCHEMAS[schema][0]).read_text()
+    return text if payloads else text.partition(_PAYLOAD_DDL)[0]
 
 
 def _insert(con: sqlite3.Connection, table: str, n: int, values: dict[str, Any]) -> None:
@@ -102,11 +140,15 @@ def write_trace(
     node: int,
     capture_command: tuple[str, list[str], dict[str, str]],
 ) -> None:
-    """Write one SQLite export holding `procs`; all their timestamps are shifted by `-offset_ns`."""
+    """Write one SQLite export holding `procs`; all their timestamps are shifted by `-offset_ns`. NCCL
+    payloads are written when the recorders carry communicators (labels.nccl_payload)."""
+    payloads = any(p.recorder.communicators is not None for p in procs)
+    if payloads and _PAYLOAD_DDL not in _ddl(schema, True):
+        raise InputError(f"labels.nccl_payload needs schema 2026.2; schema {schema} has no NVTX payload tables")
     if path.exists():
         path.unlink()
     con = sqlite3.connect(path)
-    con.executescript(_ddl(schema))
+    con.executescript(_ddl(schema, payloads))
     sid = _Strings()
     spec_names = [(sid(s.short), sid(s.demangled), sid(s.mangled)) for s in table.specs]
     spec_arr = np.asarray(spec_names, dtype=np.int64).reshape(-1, 3)
@@ -181,7 +223,7 @@ def write_trace(
                 },
             )
             _write_memory_ops(con, rec, proc.local_rank, gp, offset_ns)
-            _write_nvtx(con, rec, main, sid, offset_ns, nvtx_ascii, proc.rank_mark)
+            _write_nvtx(con, rec, main, sid, offset_ns, nvtx_ascii, proc)
             threads = [
                 (main, "python3"),
                 (main + 3, "pt_nccl_watchdg"),
@@ -216,7 +258,7 @@ def write_trace(
             t_min = lo if t_min is None else min(t_min, lo)
             t_max = hi if t_max is None else max(t_max, hi)
         _write_gpus(con, schema, procs, gpu, node)
-        _write_meta(con, schema, procs, gpu, offset_ns, t_min or 0, t_max or 0, capture_command, node)
+        _write_meta(con, schema, procs, gpu, offset_ns, t_min or 0, t_max or 0, capture_command, node, payloads)
         _insert(con, "StringIds", len(sid.ids), {"id": list(sid.ids.values()), "value": list(sid.ids.keys())})
     con.close()
 
@@ -288,12 +330,14 @@ def _write_nvtx(
     sid: _Strings,
     offset_ns: int,
     ascii_text: bool,
-    rank_mark: str | None,
+    proc: ProcessOut,
 ) -> None:
     """NVTX rows: domain creation, then ranges/marks. NCCL's strings are registered (textId); ours follow
-    the scenario (registered like Python `nvtx`, or plain text like C `nvtxRangePushA`)."""
+    the scenario (registered like Python `nvtx`, or plain text like C `nvtxRangePushA`). With payloads,
+    NCCL's API ranges carry `proc`'s binaryData and the process's payload schemas are written."""
     if not rec.nvtx:
         return
+    rank_mark = proc.rank_mark
     first = min(r[0] for r in rec.nvtx)
     rows = ([(first, None, NVTX_MARK, rank_mark, "perfdoctor")] if rank_mark else []) + rec.nvtx
     first -= offset_ns
@@ -317,18 +361,79 @@ def _write_nvtx(
         texts.append(None if registered else text)
         text_ids.append(sid(text) if registered else None)
         dom_ids.append(domains[dom])
+    values: dict[str, Any] = {
+        "start": starts,
+        "end": ends,
+        "eventType": etypes,
+        "text": texts,
+        "textId": text_ids,
+        "domainId": dom_ids,
+        "globalTid": tid,
+    }
+    if rec.communicators is not None and "NCCL" in domains:
+        nccl = domains["NCCL"]
+        comms = rec.communicators[proc.rank]
+        blobs = [
+            None if i not in rec.nccl_calls else _payload(nccl, rec.nvtx[i][3], rec.nccl_calls[i], comms, proc)
+            for i in range(len(rec.nvtx))
+        ]
+        values["binaryData"] = [None] * (len(starts) - len(blobs)) + blobs
+        _write_payload_schemas(con, nccl)
+    _insert(con, "NVTX_EVENTS", len(starts), values)
+
+
+def _payload(
+    domain: int, name: str, call: tuple[str, int, int], comms: dict[str, Communicator], proc: ProcessOut
+) -> bytes:
+    """binaryData of one NCCL API range of `proc`: header, then the payload struct of `name`'s schema."""
+    group, nbytes, peer = call
+    comm = comms[group]
+    me = comm.rank_in_group(proc.rank)
+    fields = {
+        "NCCL communicator ID": comm.id,
+        "Message size [bytes]": nbytes,
+        "Reduction operation": _REDOP_SUM,
+        "Root": 0,
+        "Peer rank": (me + peer) % len(comm.ranks),
+        "No. of ranks": len(comm.ranks),
+        "Rank": me,
+        "CUDA device": proc.local_rank,
+    }
+    schema_id, size, entries = NCCL_SCHEMAS[name]
+    out = bytearray(_PAYLOAD_HEADER.size + size)
+    _PAYLOAD_HEADER.pack_into(out, 0, domain, schema_id, size, _PAYLOAD_HEADER.size)
+    for entry, etype, offset in entries:
+        struct.pack_into(_ENTRY_FORMAT[etype], out, _PAYLOAD_HEADER.size + offset, fields[entry])
+    return bytes(out)
+
+
+def _write_payload_schemas(con: sqlite3.Connection, domain: int) -> None:
+    """NCCL's schemas under one process's NCCL domainId (real exports repeat them per process)."""
+    schemas = sorted(NCCL_SCHEMAS.values())
     _insert(
         con,
-        "NVTX_EVENTS",
-        len(starts),
+        "NVTX_PAYLOAD_SCHEMAS",
+        len(schemas),
         {
-            "start": starts,
-            "end": ends,
-            "eventType": etypes,
-            "text": texts,
-            "textId": text_ids,
-            "domainId": dom_ids,
-            "globalTid": tid,
+            "domainId": domain,
+            "schemaId": [s[0] for s in schemas],
+            "type": 1,  # static schema
+            "numEntries": [len(s[2]) for s in schemas],
+            "payloadSize": [s[1] for s in schemas],
+        },
+    )
+    rows = [(sid_, idx, e) for sid_, _, entries in schemas for idx, e in enumerate(entries)]
+    _insert(
+        con,
+        "NVTX_PAYLOAD_SCHEMA_ENTRIES",
+        len(rows),
+        {
+            "domainId": domain,
+            "schemaId": [r[0] for r in rows],
+            "idx": [r[1] for r in rows],
+            "type": [r[2][1] for r in rows],
+            "name": [r[2][0] for r in rows],
+            "offset": [r[2][2] or None for r in rows],
         },
     )
 
@@ -389,6 +494,7 @@ def _write_meta(
     t_max: int,
     capture: tuple[str, list[str], dict[str, str]],
     node: int,
+    blobs: bool,
 ) -> None:
     _, product, schema_version, date = SCHEMAS[schema]
     major, minor, micro = schema_version.split(".")
@@ -408,8 +514,9 @@ def _write_meta(
         ("EXPORT_HOST", f"node{node:03d}"),
     ]
     if _has(con, "META_DATA_EXPORT"):
+        meta += [("EXPORT_PARAM_LAZY", "true")]
+        meta += [("EXPORT_PARAM_INCLUDE_BLOBS", "true")] if blobs else []  # where real exports list it
         meta += [
-            ("EXPORT_PARAM_LAZY", "true"),
             ("EXPORT_PARAM_TIME_NORMALIZE", "false"),
             ("EXPORT_PARAM_TIME_SHIFT", "0"),
         ]

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from perfdoctor.capture.command import parse_launch, report_pattern, wrap
-from perfdoctor.capture.nsys_cli import NsysCli, parse_profile_help, profile_args
+from perfdoctor.capture.nsys_cli import NsysCli, export_args, parse_options, parse_profile_help, profile_args
 from perfdoctor.errors import UsageError
 from tests.paths import REPO
 
@@ -75,3 +77,14 @@ def test_profile_command_follows_the_release_help(release: str) -> None:
     cpu = profile_args(cli, output="R/x", cuda=False, profiler_api=False, force=True, extra=["--stats=false"])
     assert "--trace=nvtx,osrt" in cpu and not any(a.startswith("--capture-range") for a in cpu)
     assert cpu[-1] == "--stats=false" and "--force-overwrite=true" in cpu
+
+
+def test_export_keeps_nvtx_payload_blobs_where_the_release_can() -> None:
+    """2026.x exports NCCL's NVTX payloads (communicator ids) only with --include-blobs=true."""
+    old = parse_options((HELP / "export_help_2022.4.txt").read_text())
+    assert {"--type", "--output", "--force-overwrite"} <= old and "--include-blobs" not in old
+    args = export_args(NsysCli("nsys", "2022.4.2.1", export_options=old), Path("r.nsys-rep"), Path("r.sqlite"),
+                       force=True)
+    assert not any(a.startswith("--include-blobs") for a in args) and args[-1] == "r.nsys-rep"
+    new = NsysCli("nsys", "2026.2.1", export_options=old | {"--include-blobs"})
+    assert "--include-blobs=true" in export_args(new, Path("r.nsys-rep"), Path("r.sqlite"), force=True)

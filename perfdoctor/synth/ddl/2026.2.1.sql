@@ -237,3 +237,30 @@ CREATE TABLE TARGET_INFO_CUDA_DEVICE (
     uuid                        TEXT,                                  -- Device UUID.
     numMultiprocessors          INTEGER                                -- Number of multiprocessors.
 );
+-- NCCL payload tables (NCCL's NVTX payload schemas), verbatim from the same 2026.2.1 export; perfdoctor.synth
+-- creates them only for traces with labels.nccl_payload, so everything above must stay above this line.
+CREATE TABLE NVTX_PAYLOAD_SCHEMAS (
+    -- NVTX payload schema attributes.
+
+    domainId                    INTEGER,                               -- User-controlled ID that can be used to group events.
+    schemaId                    INTEGER,                               -- Identifier of the payload schema.
+    name                        TEXT,                                  -- Schema name.
+    type                        INTEGER,                               -- Schema type.
+    flags                       INTEGER,                               -- Schema flags.
+    numEntries                  INTEGER,                               -- Number of payload schema entries.
+    payloadSize                 INTEGER,                               -- Size of the static payload.
+    alignTo                     INTEGER                                -- Field alignment in bytes.
+);
+CREATE TABLE NVTX_PAYLOAD_SCHEMA_ENTRIES (
+    -- NVTX payload schema entries.
+
+    domainId                    INTEGER   NOT NULL,                    -- User-controlled ID that can be used to group events.
+    schemaId                    INTEGER   NOT NULL,                    -- Identifier of the payload schema.
+    idx                         INTEGER   NOT NULL,                    -- Index of the entry in the payload schema.
+    flags                       INTEGER,                               -- Payload entry flags.
+    type                        INTEGER,                               -- Payload entry type.
+    name                        TEXT,                                  -- Label of the payload entry.
+    description                 TEXT,                                  -- Description of the payload entry.
+    arrayOrUnionDetail          INTEGER,                               -- Array length (index) or selected union member.
+    offset                      INTEGER                                -- Entry offset in the binary data in bytes.
+);

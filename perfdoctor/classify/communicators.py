@@ -1,0 +1,73 @@
+"""Which NCCL communicator launched each communication kernel, from NCCL's NVTX payloads.
+
+NCCL launches a collective's kernel inside the API call's NVTX range (``ncclAllReduce``), or — for
+calls grouped between ``ncclGroupStart`` and ``ncclGroupEnd`` (send/recv pairs, coalesced
+collectives) — inside ``ncclGroupEnd``, after the grouped calls' ranges have closed. So a kernel
+belongs to the payload range that encloses its launch call on the launching thread, or else to the
+latest payload range that began since the thread's last ``ncclGroupStart``.
+
+A communicator is one process group, so its kernels share one parallel-group label; how that label
+is chosen is ``classify.groups``' business.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from perfdoctor.classify.projection import kernel_launch_calls
+from perfdoctor.load.labels import matching
+from perfdoctor.model import Timeline
+
+GROUP_START = re.compile(r"^ncclGroupStart$")
+
+
+@dataclass(frozen=True)
+class Communicators:
+    """Per kernel the index of its communicator in ``ids`` (−1: none known); per communicator its number
+    of ranks (−1: its creation was not captured)."""
+
+    of_kernel: np.ndarray
+    ids: np.ndarray  # uint64 communicator ids
+    sizes: np.ndarray  # int64
+
+
+def communicators(tl: Timeline, comm_idx: np.ndarray) -> Communicators:
+    """Communicators of the comm kernels ``comm_idx`` of ``tl`` (others stay −1)."""
+    n = len(tl.kernels)
+    none = Communicators(np.full(n, -1, dtype=np.int64), np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.int64))
+    calls = tl.nccl
+    if calls is None or not len(calls) or not comm_idx.size:
+        return none
+    codes, ids = pd.factorize(calls["comm"].to_numpy())
+    ids = np.asarray(ids, dtype=np.uint64)
+    sizes = np.full(ids.size, -1, dtype=np.int64)
+    nranks = calls["nranks"].to_numpy()
+    known = nranks > 0
+    sizes[codes[known]] = nranks[known]  # creation ranges; every one of a communicator gives its size
+
+    call_start, call_end, call_tid = (a[comm_idx] for a in kernel_launch_calls(tl))
+    group_starts = matching(tl.nvtx, GROUP_START)
+    r_start, r_end, r_tid = (calls[c].to_numpy() for c in ("start", "end", "tid"))
+    of_kernel = none.of_kernel
+    for thread in np.unique(r_tid):
+        mine = np.flatnonzero(call_tid == thread)
+        if not mine.size:
+            continue
+        rows = np.flatnonzero(r_tid == thread)  # calls come sorted by start
+        latest = np.searchsorted(r_start[rows], call_start[mine], side="right") - 1
+        ok = latest >= 0
+        row = rows[np.maximum(latest, 0)]
+        encloses = ok & (r_end[row] >= call_end[mine])
+        gs = np.sort(group_starts["start"].to_numpy()[group_starts["tid"].to_numpy() == thread])
+        in_group = np.zeros(mine.size, dtype=bool)
+        if gs.size:  # the latest call began after the thread's last ncclGroupStart: same group
+            g = np.searchsorted(gs, call_start[mine], side="right") - 1
+            in_group = ok & (g >= 0) & (r_start[row] >= gs[np.maximum(g, 0)])
+        hit = encloses | in_group
+        of_kernel[comm_idx[mine[hit]]] = codes[row[hit]]
+    return Communicators(of_kernel, ids, sizes)
+
