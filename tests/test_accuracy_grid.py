@@ -1,9 +1,10 @@
 """Accuracy grid (issue 4): every measurement against the simulator's truth over a grid of scenarios.
 
 The grid is built from the shipped scenario YAMLs with overrides, shrunk to small models so the whole
-grid simulates and analyses in seconds. It varies the parallel config (tp/pp/vpp/cp/dp/ep, micro-batches),
-labels (perfdoctor and NCCL NVTX on or off), kernel name spellings, export schemas, file layouts and
-pathologies. Tolerances are those of issue 4, per rank, on the median over steps:
+grid simulates and analyses in seconds. It varies the parallel config (tp/pp/vpp/cp/dp/ep,
+micro-batches), labels (perfdoctor and NCCL NVTX on or off, NCCL payloads with and without communicator
+sizes), kernel name spellings, export schemas, file layouts and pathologies. Tolerances are those of
+issue 4, per rank, on the median over steps:
 
 - exposed comm per group within max(5 % relative, 0.2 ms);
 - pipeline bubble fraction within 0.02 absolute;
@@ -99,6 +100,12 @@ GRID: list[tuple[str, str, dict[str, Any], bool]] = [
     ("unlabeled_nccl_nvtx", "unlabeled", {"labels": {"nccl": True}}, False),
     ("unlabeled_pp2", "pp_1f1b", {"model": {"layers": 2}, "parallel": {"pp": 2}, "run": {"steps": 3},
                                   "labels": {"perfdoctor": False, "nccl": False}}, False),
+    ("unlabeled_nccl_payload", "unlabeled", {"run": {"steps": 3}, "output": {"schema": "2026.2"},
+                                             "labels": {"nccl": True, "nccl_payload": True}}, False),
+    ("unlabeled_pp2_payload_noinit", "pp_1f1b", {"model": {"layers": 2}, "parallel": {"pp": 2}, "run": {"steps": 3},
+                                                 "output": {"schema": "2026.2"},
+                                                 "labels": {"perfdoctor": False, "nccl": True, "nccl_payload": True,
+                                                            "nccl_comm_init": False}}, False),
 ]
 
 
