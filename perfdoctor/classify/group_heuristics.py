@@ -34,7 +34,8 @@ CONFIDENCE = ("low", "medium", "high")
 COMM_STREAM_SHARE = 0.9
 # Compute kernels between a comm kernel and an attention / MoE kernel for them to count as neighbours.
 NEAR = 2
-# A comm stream whose kernels agree on one group by at least this share of their time: medium confidence.
+# A comm stream (or NCCL communicator) whose kernels agree on one group by at least this share of their
+# time: medium confidence.
 AGREEMENT = 0.9
 # On a stream where at least this share of the SendRecv kernels sit beside attention, the SendRecvs are
 # context-parallel all-to-alls before and after attention (Ulysses), not pipeline transfers.

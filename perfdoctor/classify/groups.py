@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from perfdoctor.classify.communicators import Communicators, communicators
-from perfdoctor.classify.group_heuristics import CANDIDATES, CONFIDENCE, group_sizes, heuristic_groups
+from perfdoctor.classify.group_heuristics import AGREEMENT, CANDIDATES, CONFIDENCE, group_sizes, heuristic_groups
 from perfdoctor.classify.projection import NO_RANGE, enclosing_range, kernel_launch_calls
 from perfdoctor.classify.timeline import category_mask, class_mask
 from perfdoctor.load.labels import labelled, message_codes, parse_label
@@ -27,8 +27,6 @@ from perfdoctor.model import Timeline
 
 GROUPS = (*CANDIDATES, "other")  # a candidate's index is its group code
 SOURCES = ("nvtx", "nccl_payload", "heuristic")
-# A communicator whose kernels' per-kernel guesses agree by at least this share of their time: medium.
-AGREEMENT = 0.9
 # Megatron's finer groups fold into the report's groups: expert-TP is TP traffic, expert-DP is DP
 # traffic; embedding and model-parallel (grad-norm, loss) reductions are small "other" traffic.
 FOLD = {"etp": "tp", "edp": "dp", "embd": "other", "mp": "other"}
@@ -90,8 +88,11 @@ def _by_communicator(comms: Communicators, known: np.ndarray, guess: np.ndarray,
     sure = np.full(known.size, UNLABELLED, dtype=np.int8)
     sizes = group_sizes(config)
     dur = (kernels["end"].to_numpy() - kernels["start"].to_numpy()).astype(np.float64)
+    with_comm = np.flatnonzero(comms.of_kernel >= 0)
+    by_comm = with_comm[np.argsort(comms.of_kernel[with_comm], kind="stable")]
+    bounds = np.searchsorted(comms.of_kernel[by_comm], np.arange(comms.ids.size + 1))
     for c in range(comms.ids.size):
-        members = np.flatnonzero(comms.of_kernel == c)
+        members = by_comm[bounds[c]:bounds[c + 1]]
         facts = known[members][known[members] >= 0]
         if facts.size:
             named[members], sure[members] = np.bincount(facts).argmax(), CONFIDENCE.index("high")

@@ -141,7 +141,7 @@ def _schemas(db: SqliteExport) -> dict[tuple[int, int], _Schema]:
     for key, by_idx in fields.items():
         chosen = tuple(by_idx.values())
         needed = max(at + reader.size for _, at, reader in chosen)
-        out[key] = _Schema(max(needed, 0), chosen)
+        out[key] = _Schema(needed, chosen)
         if sizes.get(key) is not None and sizes[key] < needed:
             del out[key]  # entries beyond the declared payload: not a layout we understand
     return out

@@ -25,6 +25,7 @@ from perfdoctor.classify.projection import kernel_launch_calls
 from perfdoctor.classify.timeline import category_mask
 from perfdoctor.measure import intervals as iv
 from perfdoctor.measure.steps import Steps
+from perfdoctor.measure.stream_order import previous_on_stream
 from perfdoctor.model import Timeline
 
 START_SLACK_NS = 20_000  # the norm starts right after the NCCL kernel ends
@@ -55,7 +56,7 @@ def blocked_norms(tl: Timeline, kcls: pd.DataFrame, steps: Steps) -> BlockedNorm
     start, end, stream = k["start"].to_numpy(), k["end"].to_numpy(), k["stream"].to_numpy()
     call_start, call_end, call_tid = kernel_launch_calls(tl)
     norms = np.flatnonzero(persistent & (call_end >= 0))
-    prev = _previous_on_stream(norms, stream)
+    prev = previous_on_stream(norms, stream)
     prev_end = np.where(prev >= 0, end[prev], -1)
     prev_call = np.where(prev >= 0, call_start[prev], -1)
     ready = np.maximum(call_end[norms], prev_end)
@@ -92,18 +93,6 @@ def _held_by(norm_start: np.ndarray, ready: np.ndarray, c_start: np.ndarray, c_e
     by_end = np.argsort(c_end, kind="stable")
     last = np.searchsorted(c_end[by_end], norm_start, side="right") - 1
     return held, np.where(last >= 0, c_rows[by_end[np.maximum(last, 0)]], -1)
-
-
-def _previous_on_stream(rows: np.ndarray, stream: np.ndarray) -> np.ndarray:
-    """For each kernel row of ``rows``, the row of the kernel before it on its stream (−1: none).
-    Kernels come sorted by start, so a stream's rows in order are its kernels in order."""
-    prev = np.full(rows.size, -1, dtype=np.int64)
-    for s_id in np.unique(stream[rows]):
-        mine = np.flatnonzero(stream[rows] == s_id)
-        on_stream = np.flatnonzero(stream == s_id)
-        pos = np.searchsorted(on_stream, rows[mine]) - 1
-        prev[mine] = np.where(pos >= 0, on_stream[np.maximum(pos, 0)], -1)
-    return prev
 
 
 def _stream_wait_between(api: pd.DataFrame, tid: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:

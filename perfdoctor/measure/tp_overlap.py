@@ -26,6 +26,7 @@ import pandas as pd
 from perfdoctor.classify.projection import kernel_launch_calls
 from perfdoctor.classify.timeline import category_mask, class_mask
 from perfdoctor.measure.steps import Steps
+from perfdoctor.measure.stream_order import previous_on_stream
 from perfdoctor.model import Timeline
 
 START_SLACK_NS = 5_000  # the comm kernel starts right after the GEMM ends
@@ -59,7 +60,8 @@ def serialized_overlap(tl: Timeline, kcls: pd.DataFrame, steps: Steps) -> Serial
     paired = _last_gemm_launched_before(comm, gemm, call_start, call_tid, stream)
     ok = paired >= 0
     comm, g = comm[ok], paired[ok]
-    ready = np.maximum(call_end[comm], _previous_end_on_stream(start, end, stream)[comm])
+    prev = previous_on_stream(comm, stream)
+    ready = np.maximum(call_end[comm], np.where(prev >= 0, end[prev], -1))
     waited = start[comm] - end[g]
     serialized = (ready < end[g] - MIN_DELAY_NS) & (waited >= 0) & (waited <= START_SLACK_NS)
     index, g = comm[serialized], g[serialized]
@@ -86,12 +88,3 @@ def _last_gemm_launched_before(comm: np.ndarray, gemm: np.ndarray, call_start: n
     other_stream = out >= 0
     out[other_stream] = np.where(stream[out[other_stream]] != stream[comm[other_stream]], out[other_stream], -1)
     return out
-
-
-def _previous_end_on_stream(start: np.ndarray, end: np.ndarray, stream: np.ndarray) -> np.ndarray:
-    """End of the kernel before each kernel on its stream (-1 for the first)."""
-    order = np.lexsort((start, stream))
-    prev = np.full(start.size, -1, dtype=np.int64)
-    same = stream[order][1:] == stream[order][:-1]
-    prev[order[1:][same]] = end[order[:-1][same]]
-    return prev
