@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from perfdoctor import __version__
+from perfdoctor.classify.framework import detect_framework
 from perfdoctor.classify.groups import label_groups
 from perfdoctor.classify.timeline import copy_classes, kernel_classes
 from perfdoctor.diagnose import diagnose, load_rules
@@ -41,6 +42,7 @@ def analyze(paths: list[Path | str], config: dict[str, Any] | None = None,
     HTML is wanted: it costs a pass over the kernels)."""
     rules = load_rules(rules_dirs)
     run = load_run([Path(p) for p in paths], config)
+    run.framework = detect_framework(run)
     devices, per_rank = [], {}
     series, excerpts = {}, []
     for done, tl in enumerate(run.timelines):

@@ -125,6 +125,8 @@ class Run:
     config: dict[str, Any] = field(default_factory=dict)
     config_sources: dict[str, str] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    # {name: megatron-bridge|nemo2|megatron-lm|megatron-core|pytorch|unknown, source} (classify/framework.py)
+    framework: dict[str, str] = field(default_factory=lambda: {"name": "unknown", "source": "not detected"})
 
 
 @dataclass

@@ -110,7 +110,7 @@ def test_snippets_per_framework():
                      "megatron_lm": "--tp-comm-overlap 1", "env": "export CUDA_DEVICE_MAX_CONNECTIONS=1"}
     off = {s.framework: s.code for s in knob_snippets({"megatron_lm": "--overlap-grad-reduce", "value": False,
                                                        "megatron_bridge": "ddp.bucket_size", "env": "X; rm -rf /"})}
-    assert off["megatron_lm"] == "--overlap-grad-reduce"  # a switch is named, its polarity is the rule's
+    assert "megatron_lm" not in off  # a switch set to False is an absent flag: nothing to paste
     assert off["megatron_bridge"] == "cfg.ddp.bucket_size = False"
-    assert off["env"] == "X; rm -rf /"  # not a variable name: shown as given, never executed
+    assert "env" not in off  # not a variable name: never shown as a statement
     assert knob_snippets({"env": "NCCL_ALGO", "value": "Ring; echo"})[0].code == "export NCCL_ALGO='Ring; echo'"

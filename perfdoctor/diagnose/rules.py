@@ -22,6 +22,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 
 from perfdoctor.diagnose.conditions import NAMESPACES
+from perfdoctor.diagnose.knob_values import COMPUTE, ESTIMATE, literal_problem
 from perfdoctor.errors import InputError
 
 PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_.]*)\}")
@@ -98,9 +99,10 @@ def load_rules(extra_dirs: list[Path | str] | None = None) -> list[Rule]:
             raise RuleError(f"{path}: id: duplicate rule id {rule.id!r} (also {rules[rule.id].source})")
         rules[rule.id] = rule
     for rule in rules.values():
-        for i, other in enumerate(rule.spec.get("supersedes", [])):
-            if other not in rules:
-                raise RuleError(f"{rule.source}: supersedes.{i}: unknown rule {other!r}")
+        for key in ("supersedes", "overlaps"):
+            for i, other in enumerate(rule.spec.get(key, [])):
+                if other not in rules:
+                    raise RuleError(f"{rule.source}: {key}.{i}: unknown rule {other!r}")
     return sorted(rules.values(), key=lambda r: r.id)
 
 
@@ -131,6 +133,8 @@ def load_rule(path: Path) -> Rule:
         for name in PLACEHOLDER.findall(text):
             if name not in SPECIAL_NAMES and (problem := _name_problem(name)):
                 raise RuleError(f"{path}: {field}: placeholder {{{name}}}: {problem}")
+    for field, problem in _knob_problems(spec):
+        raise RuleError(f"{path}: {field}: {problem}")
     if spec.get("ranks_from") and spec.get("scope", "rank") != "run":
         raise RuleError(f"{path}: ranks_from: only meaningful with scope: run")
     return Rule(id=spec["id"], source=path, spec=spec)
@@ -151,6 +155,39 @@ def _name_problem(name: str) -> str | None:
             f"other names start with {', '.join(n + '.' for n in NAMESPACES)})")
 
 
+def _knob_list(spec: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    out = [(f"knobs.{i}", k) for i, k in enumerate(spec.get("knobs", []))]
+    if "next_step" in spec:
+        out += [(f"next_step.knobs.{i}", k) for i, k in enumerate(spec["next_step"].get("knobs", []))]
+    return out
+
+
+def _knob_problems(spec: dict[str, Any]) -> list[tuple[str, str]]:
+    """Knob values that are not literals of the knob's type, unknown computations, a placeholder
+    without a type."""
+    out = []
+    for field, knob in _knob_list(spec):
+        for key in ("value", "flag_value"):
+            if key not in knob:
+                continue
+            value = knob[key]
+            if isinstance(value, dict):
+                if value["compute"] not in COMPUTE:
+                    out.append((f"{field}.{key}.compute", f"unknown computation {value['compute']!r} "
+                                f"(known: {', '.join(sorted(COMPUTE))})"))
+                elif "type" not in knob:
+                    out.append((f"{field}.type", "a computed value needs a type (its placeholder when unknown)"))
+            elif (problem := literal_problem(value, knob.get("type") if key == "value" else None)):
+                out.append((f"{field}.{key}", problem))
+        if knob.get("value") is None and "type" not in knob:
+            out.append((f"{field}.type", "a knob without a value needs a type (its placeholder)"))
+        what_if = knob.get("what_if") or {}
+        if "compute" in what_if and what_if["compute"] not in ESTIMATE:
+            out.append((f"{field}.what_if.compute", f"unknown estimate {what_if['compute']!r} "
+                        f"(known: {', '.join(sorted(ESTIMATE))})"))
+    return out
+
+
 def _conditions(spec: dict[str, Any]) -> list[tuple[str, Any]]:
     out = [(key, spec[key]) for key in ("when", "unless") if key in spec]
     knob_lists = [("knobs", spec.get("knobs", []))]
@@ -159,6 +196,8 @@ def _conditions(spec: dict[str, Any]) -> list[tuple[str, Any]]:
     for prefix, knobs in knob_lists:
         for i, knob in enumerate(knobs):
             out.extend((f"{prefix}.{i}.{key}", knob[key]) for key in ("when", "set_when") if key in knob)
+    if isinstance(spec.get("advice"), list):
+        out.extend((f"advice.{i}.when", v["when"]) for i, v in enumerate(spec["advice"]) if "when" in v)
     return out
 
 
@@ -185,6 +224,11 @@ def _names(spec: dict[str, Any]) -> list[tuple[str, str]]:
         out.append(("impact.metric", impact["metric"]))
     out.extend((f"impact.times.{i}", n) for i, n in enumerate(impact.get("times", [])))
     out.extend((f"evidence.{i}", n) for i, n in enumerate(spec.get("evidence", [])))
+    for field, knob in _knob_list(spec):
+        what_if = knob.get("what_if") or {}
+        if what_if.get("metric"):
+            out.append((f"{field}.what_if.metric", what_if["metric"]))
+        out.extend((f"{field}.what_if.times.{i}", n) for i, n in enumerate(what_if.get("times", [])))
     if spec.get("ranks_from"):
         out.append(("ranks_from", spec["ranks_from"]))
     return out
@@ -197,4 +241,12 @@ def _texts(spec: dict[str, Any]) -> list[tuple[str, str]]:
         out.append(("next_step.text", spec["next_step"]["text"]))
     for i, knob in enumerate(spec.get("knobs", [])):
         out.extend((f"knobs.{i}.set_shows.{k}", v) for k, v in knob.get("set_shows", {}).items())
+    for field, knob in _knob_list(spec):
+        if "what_if" in knob:
+            out.append((f"{field}.what_if.how", knob["what_if"]["how"]))
+    advice = spec.get("advice")
+    if isinstance(advice, str):
+        out.append(("advice", advice))
+    elif isinstance(advice, list):
+        out.extend((f"advice.{i}.text", v["text"]) for i, v in enumerate(advice))
     return out

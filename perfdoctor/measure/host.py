@@ -43,6 +43,9 @@ class HostGaps:
     idle: np.ndarray
     wait_intervals: iv.Intervals  # the device-side waits themselves (pipeline bubbles are made of them)
     spans: dict[str, iv.Intervals] = field(default_factory=dict)  # the host-caused gaps by cause (timeline excerpt)
+    # Of the sync-stall time per step, the part after the blocking call returned (host work before the next
+    # launch, DESIGN §3): the rest is the CPU waiting for the device to drain.
+    sync_host: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
 
 def host_gaps(tl: Timeline, steps: Steps, busy: iv.Intervals) -> HostGaps:
@@ -73,7 +76,8 @@ def host_gaps(tl: Timeline, steps: Steps, busy: iv.Intervals) -> HostGaps:
     cause = np.full(g0.size, CAUSES.index("launch_bound"), dtype=np.int8)
     cause[_inside(g0, next_tid, _ranges_where(tl, "data"))] = CAUSES.index("data")
     cause[_inside(g0, next_tid, _ranges_where(tl, "gc"))] = CAUSES.index("gc")
-    cause[_inside(g0, next_tid, _blocking_calls(tl.api))] = CAUSES.index("sync")
+    blocking = _blocking_calls(tl.api)
+    cause[_inside(g0, next_tid, blocking)] = CAUSES.index("sync")
     cause[~host_caused] = -1
     cause[unknown] = CAUSES.index("other")
 
@@ -84,7 +88,11 @@ def host_gaps(tl: Timeline, steps: Steps, busy: iv.Intervals) -> HostGaps:
     waiting = cause < 0
     device_wait, idle = table[:, 0], table.sum(axis=1)
     spans = {c: (g0[cause == i], g1[cause == i]) for i, c in enumerate(CAUSES)}
-    return HostGaps(by_cause, device_wait, idle, (g0[waiting], g1[waiting]), spans)
+    sync = cause == CAUSES.index("sync")
+    returned = _covering_end(g0[sync], next_tid[sync], blocking)
+    after = np.clip(g1[sync] - np.maximum(returned, g0[sync]), 0, None).astype(np.float64)
+    sync_host = np.bincount(step_of[sync], weights=after, minlength=n)
+    return HostGaps(by_cause, device_wait, idle, (g0[waiting], g1[waiting]), spans, sync_host)
 
 
 def _next_ops(tl: Timeline, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -129,6 +137,21 @@ def _ranges_where(tl: Timeline, kind: str) -> pd.DataFrame:
     """GC ranges (perfdoctor ``gc``) or data-loading ranges (perfdoctor ``data`` or DataLoader names)."""
     rows = labelled(tl.nvtx, "gc") if kind == "gc" else matching(tl.nvtx, DATA_RANGE)
     return rows[rows["end"].to_numpy() >= 0]
+
+
+def _covering_end(t: np.ndarray, tid: np.ndarray, spans: pd.DataFrame) -> np.ndarray:
+    """For instants known to lie inside one of ``spans`` on their thread: when that (merged) span ends."""
+    out = t.copy()
+    s_tid = spans["tid"].to_numpy() if len(spans) else np.zeros(0)
+    for thread in np.unique(tid):
+        sel = s_tid == thread
+        mine = np.flatnonzero(tid == thread)
+        if not sel.any():
+            continue
+        cover = iv.union(spans["start"].to_numpy()[sel], spans["end"].to_numpy()[sel])
+        k = np.clip(np.searchsorted(cover[0], t[mine], side="right") - 1, 0, None)
+        out[mine] = cover[1][k]
+    return out
 
 
 def _inside(t: np.ndarray, tid: np.ndarray, spans: pd.DataFrame) -> np.ndarray:

@@ -36,6 +36,7 @@ METRIC_KEYS: tuple[str, ...] = (
     "pipeline.warmup_cooldown_ms", "pipeline.steady_stall_ms",
     "host.idle_fraction", "host.launch_bound_ms", "host.sync_ms", "host.gc_ms", "host.data_ms", "host.other_ms",
     "host.device_wait_ms", "host.launch_call_us", "host.launch_interval_us", "host.short_kernel_fraction",
+    "host.sync_wait_ms", "host.sync_host_ms",
     "kernels.median_us",
     "ln.blocked_count", "ln.blocked_ms",
     "kernels.count_per_step", "kernels.gemm_fraction",
@@ -95,6 +96,8 @@ def timeline_metrics(tl: Timeline, kcls: pd.DataFrame, act: Activity, steps: Ste
     for cause in CAUSES:
         out[f"host.{cause}_ms"] = _median(gaps.by_cause[cause]) / NS_PER_MS
     out["host.device_wait_ms"] = _median(gaps.device_wait) / NS_PER_MS
+    out["host.sync_host_ms"] = _median(gaps.sync_host) / NS_PER_MS
+    out["host.sync_wait_ms"] = _median(gaps.by_cause["sync"] - gaps.sync_host) / NS_PER_MS
     launches = launch_stats(tl)
     out["kernels.median_us"] = launches.kernel_us
     out["host.launch_call_us"] = launches.launch_call_us
@@ -170,7 +173,11 @@ def _ln_evidence(tl: Timeline, ln: Any, groups: GroupLabels, out: dict[str, Any]
     by_group = {str(g): int(c) for g, c in zip(*np.unique(labels.astype(str), return_counts=True))} \
         if labels.size else {}
     worst = np.argsort(ln.delay_ns)[::-1][:WORST_SHOWN]
+    k = tl.kernels
+    ctas = (k["grid_x"].to_numpy()[ln.blocker] * k["grid_y"].to_numpy()[ln.blocker]
+            * k["grid_z"].to_numpy()[ln.blocker]) if ln.blocker.size and "grid_x" in k else np.zeros(0)
     return {
+        "blocker_ctas": int(ctas.max()) if ctas.size else None,  # CTAs of the widest blocking NCCL kernel
         "blocked_count_per_step": out["ln.blocked_count"],
         "blocked_ms_per_step": out["ln.blocked_ms"],
         "by_group": by_group,

@@ -70,6 +70,9 @@ def render_html(report: Report, plotly_js: str = "inline") -> str:
         "memory_fig": figure(_memory_figure(report)),
         "heatmap_fig": figure(_heatmap_figure(report, rank_keys)) if len(rank_keys) > 1 else None,
         "fmt": sm.fmt,
+        "framework": report.run.framework,
+        "knobs_heading": sm.knobs_heading,
+        "total_impact": sm.total_impact_ms(report),
         "plotly_inline": plotly_js_inline() if plotly_js == "inline" else None,
         "plotly_src": plotly_src(plotly_js),
     }
@@ -152,8 +155,10 @@ def _finding_view(f: dict[str, Any]) -> dict[str, Any]:
     knobs = [k for k in f.get("knobs") or [] if isinstance(k, dict)]
     url = f.get("guide_url")
     safe_url = url if isinstance(url, str) and url.startswith(("https://", "http://")) else None
-    views = [{"knob": k, "label": sm.knob_label(k), "snippets": knob_snippets(k)} for k in knobs]
-    return {**f, "guide_url": safe_url, "knob_views": views,
+    views = [{"knob": k, "label": sm.knob_label(k), "snippets": knob_snippets(k), "what_if": sm.what_if_text(k)}
+             for k in knobs]
+    return {**f, "guide_url": safe_url, "knob_views": views, "confidence_text": sm.confidence_text(f),
+            "overlap_text": sm.overlap_text(f),
             "evidence_items": sorted((f.get("evidence") or {}).items()) if isinstance(f.get("evidence"), dict) else []}
 
 

@@ -40,6 +40,7 @@ def report_dict(report: Report) -> dict[str, Any]:
             "gpu": gpu_names[0] if len(gpu_names) == 1 else (gpu_names or None),
             "config": run.config,
             "config_sources": run.config_sources,
+            "framework": run.framework,
             "env": env,
             "timelines": [{"rank": tl.rank, "rank_source": tl.rank_source, "pid": tl.pid,
                            "device_id": tl.device_id, "file": str(tl.trace.path)} for tl in run.timelines],

@@ -72,18 +72,27 @@ def _findings(report: Report) -> list[str]:
     found = sm.findings(report)
     if not found:
         return ["No findings: no rule fired on this run.", ""]
-    out = ["### Findings", "", "| | finding | ms per step | knob |", "|---|---|---:|---|"]
+    out = ["### Findings", "", "| | finding | confidence | ms per step | knob |", "|---|---|---|---:|---|"]
     for f in found:
         knobs = [k for k in f.get("knobs") or [] if isinstance(k, dict)]
         knob = md(sm.knob_label(knobs[0])) if knobs else "–"
         out.append(f"| {SEVERITY_ICON.get(f.get('severity'), '')} {md(f.get('severity', ''))} | "
                    f"**{md(f.get('title', f.get('rule', '')))}** — {md(f.get('summary', ''))} | "
-                   f"{sm.fmt(f.get('impact_ms_per_step'), 'ms')} | {knob} |")
-    out.append("")
+                   f"{md(f.get('confidence', '–'))} | {sm.fmt(f.get('impact_ms_per_step'), 'ms')} | {knob} |")
+    total = sm.total_impact_ms(report)
+    if total is not None:
+        out += ["", f"Together: {sm.fmt(total, 'ms')} per step (overlapping findings counted once)."]
+    framework = report.run.framework
+    out += ["", f"Framework: {md(framework.get('name'))} ({md(framework.get('source'))}).", ""]
     for f in found:
         body = []
         if f.get("ranks"):
             body.append(f"Ranks: {md(', '.join(str(r) for r in f['ranks']))}")
+        body.append(md(sm.confidence_text(f)))
+        if sm.overlap_text(f):
+            body.append(md(sm.overlap_text(f)))
+        if f.get("advice"):
+            body.append(f"Fix: {md(f['advice'])}")
         if f.get("guide"):
             body.append(f"Guide: {md(f['guide'])}")
         if f.get("next_step"):
@@ -91,11 +100,14 @@ def _findings(report: Report) -> list[str]:
         if isinstance(f.get("evidence"), dict) and f["evidence"]:
             body += ["", "| evidence | value |", "|---|---|"]
             body += [f"| {md(k)} | {md(v)} |" for k, v in sorted(f["evidence"].items())]
+        if f.get("knobs"):
+            body += ["", md(sm.knobs_heading(f, framework)) + ":"]
         for knob in f.get("knobs") or []:
             if not isinstance(knob, dict):
                 continue
-            if knob.get("note"):
-                body += ["", md(knob["note"])]
+            for extra in (knob.get("note"), sm.what_if_text(knob)):
+                if extra:
+                    body += ["", md(extra)]
             for s in knob_snippets(knob):
                 body += ["", f"{s.label}:", "", code_block(s.code, s.language)]
         if body:

@@ -1,11 +1,14 @@
 """Copy-paste snippets for a finding's knob, one per framework that has it.
 
-A knob (DESIGN §5/§6) names the same setting in each framework: ``megatron_bridge`` (a config path),
-``nemo`` (a NeMo 2 recipe path), ``megatron_lm`` (a command-line flag), ``env`` (an environment
-variable), with one ``value``. A reader wants the line to paste, not the path: this module writes it
-as Python for Megatron-Bridge and NeMo, as a flag for Megatron-LM, and as an ``export`` for the shell.
-Pure text in, text out: the HTML, Markdown and terminal renderers (and ``perfdoctor explain``) escape
-or fence it themselves.
+A knob (DESIGN §5/§6) names the same setting in each framework: ``megatron_bridge`` (a config path under
+``cfg``), ``nemo`` (a NeMo 2 recipe path, or ``executor.env_vars`` for an environment variable),
+``megatron_lm`` (one command-line flag), ``env`` (an environment variable), with one literal ``value``
+(``flag_value`` when the flag takes another quantity, e.g. layers per virtual stage instead of the VPP
+size). Every line is valid where it is pasted: Python for Megatron-Bridge and NeMo, a flag and a value of
+the flag's type for Megatron-LM, an ``export`` for the shell. When the run did not tell the value, the
+line is a comment with a typed placeholder (``# --micro-batch-size <int>``), which does nothing when
+pasted instead of something that would be accepted and break the run. Pure text in, text out: the
+renderers escape or fence it themselves.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import Any
 FRAMEWORKS = (("megatron_bridge", "Megatron-Bridge", "python"), ("nemo", "NeMo 2", "python"),
               ("megatron_lm", "Megatron-LM", "bash"), ("env", "environment", "bash"))
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_ENUM = re.compile(r"^[A-Z][A-Za-z0-9_]*\.[A-Za-z_][A-Za-z0-9_]*$")
 
 
 @dataclass(frozen=True)
@@ -30,56 +34,72 @@ class Snippet:
 
 def knob_snippets(knob: dict[str, Any]) -> list[Snippet]:
     """The snippets of one knob, in FRAMEWORKS order, for the frameworks the knob names."""
-    value = knob.get("value")
     out = []
     for key, label, language in FRAMEWORKS:
         where = knob.get(key)
         if not where or not isinstance(where, str):
             continue
-        code = {"megatron_bridge": _python("cfg", where, value), "nemo": _python("recipe", where, value),
-                "megatron_lm": _flag(where, value), "env": _export(where, value)}[key]
-        out.append(Snippet(key, label, language, code))
+        code = {"megatron_bridge": _bridge, "nemo": _nemo, "megatron_lm": _flag, "env": _export}[key](where, knob)
+        if code:
+            out.append(Snippet(key, label, language, code))
     return out
 
 
-def python_literal(value: Any) -> str:
-    """``value`` as Python source: True/False/None, numbers, quoted strings; strings that already
-    look like Python (``True``, ``"bf16"``) pass through."""
-    if isinstance(value, bool) or value is None or isinstance(value, (int, float)):
-        return repr(value)
-    text = str(value)
-    lowered = text.strip().lower()
-    if lowered in ("true", "false"):
-        return "True" if lowered == "true" else "False"
-    if lowered in ("none", "null"):
-        return "None"
-    if re.fullmatch(r"-?\d+(\.\d+)?([eE]-?\d+)?", text.strip()) or text.strip()[:1] in "\"'[{(":
-        return text.strip()
-    return repr(text)
+def placeholder(knob: dict[str, Any]) -> str:
+    return f"<{knob.get('type') or 'value'}>"
 
 
-def _python(root: str, path: str, value: Any) -> str:
+def python_literal(value: Any, knob: dict[str, Any] | None = None) -> str:
+    """``value`` as Python source: True/False/None, numbers, quoted strings; an enum member
+    (``AttnBackend.flash``) stays a name when the knob says which module to import it from."""
+    if isinstance(value, str) and knob and knob.get("python_import") and _ENUM.match(value):
+        return value
+    return repr(value)
+
+
+def _assign(target: str, value: Any, knob: dict[str, Any]) -> str:
+    if value is None:
+        return f"# {target} = {placeholder(knob)}"
+    line = f"{target} = {python_literal(value, knob)}"
+    return f"{knob['python_import']}\n{line}" if knob.get("python_import") else line
+
+
+def _bridge(path: str, knob: dict[str, Any]) -> str:
     path = path.strip()
-    if "=" in path:  # the rule already wrote a statement
-        return path
-    prefix = f"{root}."
-    return f"{path if path.startswith(prefix) else prefix + path} = {python_literal(value)}"
+    return _assign(path if path.startswith("cfg.") else f"cfg.{path}", knob.get("value"), knob)
 
 
-def _flag(flag: str, value: Any) -> str:
+def _nemo(path: str, knob: dict[str, Any]) -> str:
+    path = path.strip()
+    if path == "executor.env_vars":
+        name, value = knob.get("env"), knob.get("value")
+        if not name:
+            return ""
+        if value is None:
+            return f'# executor.env_vars["{name}"] = "{placeholder(knob)}"'
+        return f"executor.env_vars[{name!r}] = {_env_text(value)!r}"
+    return _assign(path if path.startswith("recipe.") else f"recipe.{path}", knob.get("value"), knob)
+
+
+def _flag(flag: str, knob: dict[str, Any]) -> str:
     flag = flag.strip()
-    if " " in flag or value is None:
-        return flag
-    if not flag.startswith("-"):
-        flag = "--" + flag
-    if isinstance(value, bool) or str(value).strip().lower() in ("true", "false"):
-        return flag  # a switch: the rule names the flag that enacts the fix, whatever the config value's polarity
+    value = knob["flag_value"] if "flag_value" in knob else knob.get("value")
+    if isinstance(value, bool):
+        return flag if value else ""  # a switch: present or absent
+    if value is None:
+        return f"# {flag} {placeholder(knob)}"
     return f"{flag} {shlex.quote(str(value))}"
 
 
-def _export(name: str, value: Any) -> str:
+def _env_text(value: Any) -> str:
+    return str(int(value)) if isinstance(value, bool) else str(value)
+
+
+def _export(name: str, knob: dict[str, Any]) -> str:
     name = name.strip()
     if not _ENV_NAME.match(name):
-        return name  # already a statement, e.g. "export A=1 B=2"
-    text = "" if value is None else (str(int(value)) if isinstance(value, bool) else str(value))
-    return f"export {name}={shlex.quote(text)}"
+        return ""
+    value = knob.get("value")
+    if value is None:
+        return f"# export {name}={placeholder(knob)}"
+    return f"export {name}={shlex.quote(_env_text(value))}"

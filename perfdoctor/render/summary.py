@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from perfdoctor.diagnose.findings import combined_impact_ms
 from perfdoctor.model import Report
+from perfdoctor.render.snippets import python_literal
 
 GROUPS = ("dp", "tp", "cp", "pp", "ep", "other")
 HOST_CAUSES = (("launch_bound", "launch-bound"), ("sync", "sync stall"), ("gc", "garbage collection"),
@@ -89,9 +91,47 @@ def fmt(value: Any, unit: str) -> str:
 
 
 def knob_label(knob: dict[str, Any]) -> str:
-    """The shortest honest name of a knob: the first framework path it gives."""
+    """The shortest honest name of a knob: the first framework path it gives, with its value as code."""
     for key in ("megatron_bridge", "megatron_lm", "nemo", "env"):
         if knob.get(key):
             value, where = knob.get("value"), str(knob[key])
-            return f"{where} = {value}" if value is not None and not any(c in where for c in "=( ") else where
+            if value is None:
+                return f"{where} = <{knob.get('type') or 'value'}>"
+            return f"{where} = {python_literal(value, knob) if key != 'env' else value}"
     return "–"
+
+
+def total_impact_ms(report: Report) -> float | None:
+    """ms per step the findings explain together: overlapping findings counted once, at most the step."""
+    return combined_impact_ms(report.findings, report.metrics.get("all", {}).get("step.time_ms"))
+
+
+def confidence_text(f: dict[str, Any]) -> str:
+    """``confidence: low (only 5 kernels in the trace; ...)``."""
+    level = f.get("confidence") or "–"
+    reasons = f.get("confidence_reasons") or []
+    return f"confidence: {level}" + (f" ({'; '.join(str(r) for r in reasons)})" if reasons else "")
+
+
+def overlap_text(f: dict[str, Any]) -> str | None:
+    if not f.get("overlaps"):
+        return None
+    return f"explains the same time as {', '.join(f['overlaps'])} (impacts not added)"
+
+
+def knobs_heading(f: dict[str, Any], framework: dict[str, Any] | None) -> str:
+    """Whether the knobs are the fix or a reference (DESIGN §5 framework awareness)."""
+    if f.get("knobs_role") == "reference":
+        name = (framework or {}).get("name", "unknown")
+        return (f"Megatron-Bridge / NeMo 2 / Megatron-LM settings for reference only: this run is not "
+                f"recognised as a Megatron run (framework: {name}); the fix is the advice above")
+    return "knobs (the fix)"
+
+
+def what_if_text(knob: dict[str, Any]) -> str | None:
+    what_if = knob.get("what_if")
+    if not isinstance(what_if, dict):
+        return None
+    saved = what_if.get("expected_ms_per_step_saved")
+    amount = f"{saved:,.2f} ms per step" if isinstance(saved, (int, float)) else "not estimable from this trace"
+    return f"what-if: {amount} saved ({what_if.get('how', '')})"

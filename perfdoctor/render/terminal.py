@@ -16,6 +16,8 @@ from rich.table import Table
 from rich.text import Text
 
 from perfdoctor.model import DeviceSummary, Report
+from perfdoctor.render import summary as sm
+from perfdoctor.render.snippets import knob_snippets
 
 NS_PER_MS = 1e6
 
@@ -46,7 +48,9 @@ def render_terminal(report: Report, console: Console) -> None:
     for dev in report.devices:
         console.print(_device_block(dev, report.metrics["ranks"].get(str(dev.rank), {})))
     if report.findings:
-        console.print(findings_panel(report.findings))
+        console.print(Text(f"framework: {report.run.framework.get('name')} ({report.run.framework.get('source')})",
+                           style="dim"))
+        console.print(findings_panel(report.findings, report.run.framework, sm.total_impact_ms(report)))
     if report.warnings:
         console.print(Text("warnings", style="bold yellow"))
         for w in report.warnings:
@@ -216,23 +220,34 @@ _FRAMEWORKS = (("megatron_bridge", "Megatron-Bridge"), ("nemo", "NeMo 2"), ("meg
                ("env", "env"))
 
 
-def findings_panel(findings: list[dict]) -> Panel:
-    """Findings, largest impact first: what is wrong, the numbers, and the knob per framework."""
+def findings_panel(findings: list[dict], framework: dict | None = None, total_ms: float | None = None) -> Panel:
+    """Findings, largest impact first: what is wrong, how sure, the numbers, the fix and the knob per framework."""
     parts: list[Text] = []
     for f in findings:
         head = Text.assemble((f"{f['severity'].upper():6s} ", _SEVERITY_STYLE.get(f["severity"], "")),
                              (f["rule"], "bold"), f"  {f['title']}")
         parts.append(head)
         parts.append(Text(f"       {f['summary']}"))
+        parts.append(Text(f"       {sm.confidence_text(f)}", style="dim"))
+        if sm.overlap_text(f):
+            parts.append(Text(f"       {sm.overlap_text(f)}", style="dim"))
+        if f.get("advice"):
+            parts.append(Text(f"       fix: {f['advice']}"))
         if f.get("already_set"):
             parts.append(Text("       already set: " + ", ".join(f"{k}={v}" for k, v in f["already_set"].items()),
                               style="dim"))
         if f.get("next_step"):
             parts.append(Text(f"       next step: {f['next_step']}"))
+        if f.get("knobs"):
+            parts.append(Text(f"       {sm.knobs_heading(f, framework)}:", style="dim"))
         for knob in f.get("knobs", []):
-            where = "; ".join(f"{label}: {knob[key]}" for key, label in _FRAMEWORKS if knob.get(key))
-            value = f"  (value: {knob['value']})" if knob.get("value") else ""
-            parts.append(Text(f"       → {where}{value}", style="green"))
+            code = " | ".join(s.code.replace("\n", "; ") for s in knob_snippets(knob))
+            parts.append(Text(f"       → {code}", style="green" if knob.get("role") == "fix" else ""))
+            for extra in (knob.get("note"), sm.what_if_text(knob)):
+                if extra:
+                    parts.append(Text(f"         {extra}", style="dim"))
         parts.append(Text(f"       guide: {f['guide']}  (perfdoctor explain {f['rule']})", style="dim"))
+    if total_ms is not None:
+        parts.append(Text(f"together: {total_ms:,.2f} ms per step (overlapping findings counted once)", style="bold"))
     return Panel(Group(*parts), title=f"findings ({len(findings)})", title_align="left")
 

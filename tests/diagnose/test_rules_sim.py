@@ -89,7 +89,7 @@ POSITIVE = [
     ("exposed_dp", "dp-grad-reduce-fp32", "grad_reduce_in_fp32"),
     ("exposed_tp", "exposed-tp-comm", "tp_comm_overlap"),
     ("exposed_cp", "exposed-cp-comm", "cp_comm_type"),
-    ("moe_ep", "exposed-ep-comm", "expert_model_parallel_size"),
+    ("moe_ep", "exposed-ep-comm", "--overlap-moe-expert-parallel-comm"),
     ("moe_ep", "moe-ungrouped-gemm", "moe_grouped_gemm"),
     ("pp_1f1b", "pipeline-bubble", "virtual_pipeline_model_parallel_size"),
     ("per_node", "pipeline-stage-imbalance", "account_for_embedding_in_pipeline_split"),

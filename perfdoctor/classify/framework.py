@@ -1,0 +1,112 @@
+"""Which training framework ran (DESIGN §5 ``run.framework``): Megatron knobs are the fix only for Megatron.
+
+Evidence, strongest first; the first that speaks decides, and ``source`` says which it was:
+
+1. the capture manifest (``manifest.json`` of ``perfdoctor capture``): the package versions the ranks
+   imported (megatron-bridge, nemo_toolkit, megatron-core) and the training command (``pretrain_*.py``
+   of Megatron-LM);
+2. the capture hook's marks: the hook writes parallel-config keys (tp, pp, num_microbatches, ...) and
+   ``fwd``/``bwd`` micro-batch ranges only from ``megatron.core``'s parallel state and schedules;
+3. Megatron's own NVTX ranges (``--nvtx-ranges``: ``forward_backward_pipelining...``) and the
+   environment NeMo's launcher sets (``NEMO_*``);
+4. PyTorch's fingerprints: ATen / Transformer Engine / c10d kernels, ``aten::`` or ``ProfilerStep#``
+   NVTX ranges, the launcher's ``TORCHELASTIC_*`` / ``LOCAL_WORLD_SIZE`` environment → ``pytorch``;
+5. nothing → ``unknown`` (an MPI or CUDA application, not a PyTorch program).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from perfdoctor.model import Run
+
+MANIFEST = "manifest.json"
+MANIFEST_MAX_BYTES = 4 << 20
+# Config keys the capture hook can only read from megatron.core (capture/hook/runtime.py parallel_config).
+MEGATRON_CONFIG_KEYS = ("tp", "pp", "cp", "ep", "vpp", "num_microbatches")
+MEGATRON_NVTX = re.compile(r"forward_backward_(no_)?pipelining|megatron", re.IGNORECASE)
+HOOK_MICROBATCH = re.compile(r"^(fwd|bwd) mb=\d+")
+PYTORCH_NVTX = re.compile(r"^(aten::|ProfilerStep#|autograd::|nccl:)")
+PYTORCH_KERNEL = re.compile(r"\bat::native::|\bc10::|transformer_engine::|^cunn_|\bat_cuda_detail::")
+PYTORCH_ENV = ("TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT", "TORCH_NCCL_ASYNC_ERROR_HANDLING",
+               "PYTORCH_CUDA_ALLOC_CONF", "LOCAL_WORLD_SIZE")
+
+
+def detect_framework(run: Run) -> dict[str, Any]:
+    """``{name, source}`` of the run's framework, from the evidence listed in the module docstring."""
+    for check in (_from_manifest, _from_hook, _from_megatron_traces, _from_pytorch):
+        found = check(run)
+        if found is not None:
+            return {"name": found[0], "source": found[1]}
+    return {"name": "unknown", "source": "no PyTorch or Megatron fingerprint in the trace"}
+
+
+def _from_manifest(run: Run) -> tuple[str, str] | None:
+    for info in run.traces:
+        for folder in (info.path.parent, info.path.parent.parent):
+            manifest = _read_manifest(folder / MANIFEST)
+            if manifest is None:
+                continue
+            versions = {str(k).lower().replace("_", "-") for k in (manifest.get("versions") or {})}
+            command = " ".join(str(c) for c in manifest.get("command") or [])
+            if "megatron-bridge" in versions:
+                return "megatron-bridge", "manifest (megatron-bridge imported)"
+            if "nemo-toolkit" in versions:
+                return "nemo2", "manifest (nemo_toolkit imported)"
+            if re.search(r"pretrain_\w+\.py", command):
+                return "megatron-lm", "manifest (Megatron-LM pretrain script)"
+            if "megatron-core" in versions:
+                return "megatron-core", "manifest (megatron-core imported)"
+    return None
+
+
+def _read_manifest(path: Path) -> dict[str, Any] | None:
+    try:
+        if not path.is_file() or path.stat().st_size > MANIFEST_MAX_BYTES:
+            return None
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _from_hook(run: Run) -> tuple[str, str] | None:
+    marked = [k for k in MEGATRON_CONFIG_KEYS if run.config_sources.get(k) == "nvtx-mark"]
+    if marked:
+        return "megatron-core", f"capture config mark ({', '.join(marked)} from Megatron's parallel state)"
+    for tl in run.timelines:
+        if len(tl.nvtx) and tl.nvtx["text"].astype(str).str.match(HOOK_MICROBATCH).any():
+            return "megatron-core", "capture hook's micro-batch ranges (Megatron schedules)"
+    return None
+
+
+def _from_megatron_traces(run: Run) -> tuple[str, str] | None:
+    for tl in run.timelines:
+        if len(tl.nvtx) and _any_text(tl.nvtx["text"], MEGATRON_NVTX):
+            return "megatron-core", "Megatron NVTX ranges"
+    for info in run.traces:
+        if any(name.startswith("NEMO_") for name in info.env):
+            return "nemo2", "environment (NEMO_* variables)"
+    return None
+
+
+def _from_pytorch(run: Run) -> tuple[str, str] | None:
+    for tl in run.timelines:
+        if len(tl.nvtx) and _any_text(tl.nvtx["text"], PYTORCH_NVTX):
+            return "pytorch", "PyTorch NVTX ranges"
+        names = tl.kernels["demangled_name"] if "demangled_name" in tl.kernels else tl.kernels.get("short_name")
+        if len(tl.kernels) and names is not None and _any_text(names, PYTORCH_KERNEL):
+            return "pytorch", "PyTorch / Transformer Engine kernel names"
+    for info in run.traces:
+        if any(name in info.env for name in PYTORCH_ENV):
+            return "pytorch", "environment (PyTorch launcher variables)"
+    return None
+
+
+def _any_text(column: Any, pattern: re.Pattern[str]) -> bool:
+    """Whether any distinct string of a (categorical) column matches: one test per distinct value."""
+    values = column.cat.categories if hasattr(column, "cat") else column.dropna().unique()
+    return any(pattern.search(str(v)) for v in values)
