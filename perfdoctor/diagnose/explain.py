@@ -82,9 +82,17 @@ def explain_text(rule: Rule) -> str:
         out.append(f"Unless: {condition_text(spec['unless'])}")
     if spec.get("supersedes"):
         out.append(f"Root cause of: {', '.join(spec['supersedes'])} (their findings on the same ranks are folded in)")
+    if spec.get("overlaps"):
+        out.append(f"Explains the same time as: {', '.join(spec['overlaps'])} (impacts are not added)")
     if ex.get("needs"):
         out += ["", f"Needs: {ex['needs'].strip()}"]
     out += ["", "## Why it happens", ex["why"].strip(), "", "## How to fix it"]
+    advice = spec.get("advice")
+    for variant in ([{"text": advice}] if isinstance(advice, str) else advice or []):
+        when = f"If {condition_text(variant['when'])}: " if "when" in variant else ""
+        out.append(when + variant["text"].strip())
+    if advice:
+        out += ["", "Megatron knobs (the fix for Megatron-Bridge / NeMo 2 / Megatron-LM runs, a reference otherwise):"]
     for knob in spec["knobs"]:
         out.append("- " + _knob_line(knob))
     for key, label in FRAMEWORKS:
@@ -103,11 +111,23 @@ def explain_text(rule: Rule) -> str:
 def _knob_line(knob: dict[str, Any]) -> str:
     bits = [f"{label.split(' (')[0]}: {knob[key]}" for key, label in FRAMEWORKS if knob.get(key)]
     line = "; ".join(bits)
-    if knob.get("value"):
-        line += f" → {knob['value']}"
+    line += f" → {_value_text(knob.get('value'), knob)}"
+    if "flag_value" in knob:
+        line += f" (Megatron-LM: {_value_text(knob['flag_value'], knob)})"
     if knob.get("note"):
         line += f" ({knob['note']})"
+    if knob.get("what_if"):
+        line += f"; what-if: {knob['what_if']['how']}"
     return line
+
+
+def _value_text(value: Any, knob: dict[str, Any]) -> str:
+    """A knob's value as the rule gives it: a literal, a computation over the run, or a typed placeholder."""
+    if isinstance(value, dict):
+        return f"computed from the run ({value['compute']}), else <{knob.get('type', 'value')}>"
+    if value is None:
+        return f"<{knob.get('type', 'value')}>"
+    return str(value)
 
 
 def _indent(text: str) -> str:

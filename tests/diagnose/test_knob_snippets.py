@@ -187,3 +187,20 @@ def test_env_knob_for_nemo_is_an_item_of_env_vars_not_the_dict():
     codes = {s.framework: s.code for s in knob_snippets(knob)}
     assert codes["nemo"] == "executor.env_vars['NCCL_NET_GDR_LEVEL'] = 'PHB'"
     assert codes["env"] == "export NCCL_NET_GDR_LEVEL=PHB"
+
+
+def test_explain_examples_paste():
+    """The worked examples of `perfdoctor explain` are snippets too: Python parses, flags exist, shell is valid."""
+    for rule in load_rules():
+        fix = rule.spec["explain"]["fix"]
+        for key in ("megatron_bridge", "nemo"):
+            if key in fix:
+                tree = ast.parse(fix[key])
+                assert not any(isinstance(n, ast.Constant) and n.value is Ellipsis for n in ast.walk(tree)), rule.id
+        if "megatron_lm" in fix and not fix["megatron_lm"].lstrip().startswith("export"):
+            for flag in re.findall(r"(?<![\w-])--[a-z0-9-]+", fix["megatron_lm"].split("#")[0]):
+                assert flag in _flags(), f"{rule.id}: {flag}"
+        for key, prefix in (("env", ""), ("megatron_lm", "python pretrain_gpt.py ")):
+            if key in fix:
+                script = fix[key] if fix[key].lstrip().startswith("export") else prefix + fix[key]
+                assert subprocess.run(["bash", "-n", "-c", script], capture_output=True).returncode == 0, rule.id
