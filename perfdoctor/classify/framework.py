@@ -77,33 +77,43 @@ def _from_hook(run: Run) -> tuple[str, str] | None:
     marked = [k for k in MEGATRON_CONFIG_KEYS if run.config_sources.get(k) == "nvtx-mark"]
     if marked:
         return "megatron-core", f"capture config mark ({', '.join(marked)} from Megatron's parallel state)"
-    for tl in run.timelines:
-        if len(tl.nvtx) and tl.nvtx["text"].astype(str).str.match(HOOK_MICROBATCH).any():
-            return "megatron-core", "capture hook's micro-batch ranges (Megatron schedules)"
+    if _matches(run, HOOK_MICROBATCH, "nvtx"):
+        return "megatron-core", "capture hook's micro-batch ranges (Megatron schedules)"
     return None
 
 
 def _from_megatron_traces(run: Run) -> tuple[str, str] | None:
-    for tl in run.timelines:
-        if len(tl.nvtx) and _any_text(tl.nvtx["text"], MEGATRON_NVTX):
-            return "megatron-core", "Megatron NVTX ranges"
-    for info in run.traces:
-        if any(name.startswith("NEMO_") for name in info.env):
-            return "nemo2", "environment (NEMO_* variables)"
+    if _matches(run, MEGATRON_NVTX, "nvtx"):
+        return "megatron-core", "Megatron NVTX ranges"
+    if _env_has(run, lambda name: name.startswith("NEMO_")):
+        return "nemo2", "environment (NEMO_* variables)"
     return None
 
 
 def _from_pytorch(run: Run) -> tuple[str, str] | None:
-    for tl in run.timelines:
-        if len(tl.nvtx) and _any_text(tl.nvtx["text"], PYTORCH_NVTX):
-            return "pytorch", "PyTorch NVTX ranges"
-        names = tl.kernels["demangled_name"] if "demangled_name" in tl.kernels else tl.kernels.get("short_name")
-        if len(tl.kernels) and names is not None and _any_text(names, PYTORCH_KERNEL):
-            return "pytorch", "PyTorch / Transformer Engine kernel names"
-    for info in run.traces:
-        if any(name in info.env for name in PYTORCH_ENV):
-            return "pytorch", "environment (PyTorch launcher variables)"
+    if _matches(run, PYTORCH_NVTX, "nvtx"):
+        return "pytorch", "PyTorch NVTX ranges"
+    if _matches(run, PYTORCH_KERNEL, "kernels"):
+        return "pytorch", "PyTorch / Transformer Engine kernel names"
+    if _env_has(run, lambda name: name in PYTORCH_ENV):
+        return "pytorch", "environment (PyTorch launcher variables)"
     return None
+
+
+def _matches(run: Run, pattern: re.Pattern[str], where: str) -> bool:
+    """Whether any NVTX text (``where="nvtx"``) or kernel name (``"kernels"``) of the run matches."""
+    for tl in run.timelines:
+        table = tl.nvtx if where == "nvtx" else tl.kernels
+        if not len(table):
+            continue
+        column = "text" if where == "nvtx" else ("demangled_name" if "demangled_name" in table else "short_name")
+        if column in table and _any_text(table[column], pattern):
+            return True
+    return False
+
+
+def _env_has(run: Run, test: Any) -> bool:
+    return any(test(name) for info in run.traces for name in info.env)
 
 
 def _any_text(column: Any, pattern: re.Pattern[str]) -> bool:

@@ -46,7 +46,8 @@ def test_rank_rules_are_judged_on_the_run(catalog, busy0, busy1, fires, ranks):
 def test_severity_needs_evidence(catalog, kernels, severity, confidence):
     """Launch gaps of 40 % of the step: HIGH by ratio, but 2 or 5 kernels cannot carry a HIGH finding."""
     ctx = Context(metrics={"step.time_ms": 10.0, "host.launch_bound_ms": 4.0}, device=_dev(kernels=kernels))
-    finding = _by_rule(evaluate_rules([catalog["host-launch-bound"]], {"0": ctx}, Context(metrics={})))["host-launch-bound"]
+    found = _by_rule(evaluate_rules([catalog["host-launch-bound"]], {"0": ctx}, Context(metrics={})))
+    finding = found["host-launch-bound"]
     assert finding["severity"] == severity
     assert finding["confidence"] == confidence
 
@@ -59,8 +60,10 @@ def test_window_and_heuristic_labels_lower_confidence_and_say_so(catalog):
     assert finding["confidence"] == "low"
     assert "heuristic, low confidence" in finding["summary"]
     assert any("one step" in r for r in finding["confidence_reasons"])
-    labelled = Context(metrics=ctx.metrics, device=_dev(group_label_source={"cp": "nvtx"}, group_confidence={"cp": "high"}))
-    finding = _by_rule(evaluate_rules([catalog["exposed-cp-comm"]], {"0": labelled}, Context(metrics={})))["exposed-cp-comm"]
+    labelled = Context(metrics=ctx.metrics,
+                       device=_dev(group_label_source={"cp": "nvtx"}, group_confidence={"cp": "high"}))
+    found = _by_rule(evaluate_rules([catalog["exposed-cp-comm"]], {"0": labelled}, Context(metrics={})))
+    finding = found["exposed-cp-comm"]
     assert finding["confidence"] == "high" and "heuristic" not in finding["summary"]
 
 
@@ -75,7 +78,8 @@ def test_overlapping_findings_name_each_other_and_are_not_added(catalog):
     assert by["dp-grad-reduce-fp32"]["overlaps"] == ["exposed-dp-comm"]
     assert by["gc-pause"]["overlaps"] == []
     # the BF16 knob belongs to dp-grad-reduce-fp32 alone, with its own what-if: half the FP32 bytes
-    assert not any(k["megatron_bridge"] == "mixed_precision.grad_reduce_in_fp32" for k in by["exposed-dp-comm"]["knobs"])
+    assert not any(k["megatron_bridge"] == "mixed_precision.grad_reduce_in_fp32"
+                   for k in by["exposed-dp-comm"]["knobs"])
     bf16 = by["dp-grad-reduce-fp32"]["knobs"][0]
     assert bf16["value"] is False and bf16["flag_value"] is True
     assert bf16["what_if"]["expected_ms_per_step_saved"] == 20.0
