@@ -61,8 +61,7 @@ def diagnose(report: Report, rules: list[Rule]) -> list[dict[str, Any]]:
     first = next(iter(contexts.values()), None)
     run_ctx = Context(metrics=report.metrics.get("all", {}), config=run.config, env=run_env,
                       device=first.device if first else {})
-    framework = getattr(run, "framework", None) or {}
-    return evaluate_rules(rules, contexts, run_ctx, framework.get("name", "unknown"))
+    return evaluate_rules(rules, contexts, run_ctx, run.framework.get("name", "unknown"))
 
 
 def _device(gpu: Any, summary: Any) -> dict[str, Any]:
