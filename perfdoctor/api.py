@@ -28,6 +28,7 @@ from perfdoctor.measure.pipeline import theory
 from perfdoctor.measure.ranks import rank_metrics, rank_stages
 from perfdoctor.measure.step_series import step_series
 from perfdoctor.measure.steps import find_steps
+from perfdoctor.measure.work_units import kernel_work
 from perfdoctor.model import Report
 
 
@@ -61,6 +62,8 @@ def analyze(paths: list[Path | str], config: dict[str, Any] | None = None,
             series[str(tl.rank)] = step_series(tl.kernels, act, steps, groups)
         if steps is not None:
             per_rank[str(tl.rank)], device.evidence = timeline_metrics(tl, kcls, act, steps, groups, run.config)
+            if (work := kernel_work(tl.kernels, kcls, steps)) is not None:
+                device.evidence["work"] = work
     memory_warnings = []
     for tl, device in zip(run.timelines, devices):
         if tl.memory is not None:
@@ -115,5 +118,7 @@ def diff(base: Path | str, head: Path | str, config: dict[str, Any] | None = Non
         saved = read_report(path)
         return saved if saved is not None else report_dict(analyze([path], config))
 
-    return compare(side(Path(base)), side(Path(head)), str(base), str(head))
+    impact = {r.id: r.spec["impact"]["metric"] for r in load_rules() if isinstance(r.spec.get("impact"), dict)
+              and r.spec["impact"].get("metric")}
+    return compare(side(Path(base)), side(Path(head)), str(base), str(head), impact)
 
