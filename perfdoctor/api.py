@@ -22,6 +22,7 @@ from perfdoctor.load.run import load_run
 from perfdoctor.measure.activity import activity
 from perfdoctor.measure.breakdown import activity_window, summarize
 from perfdoctor.measure.excerpt import excerpt
+from perfdoctor.measure.graphs import graph_metrics
 from perfdoctor.measure.memory import MemoryMeasurement, measure_memory
 from perfdoctor.measure.metrics import METRIC_KEYS, across_ranks, timeline_metrics
 from perfdoctor.measure.pipeline import theory
@@ -62,6 +63,7 @@ def analyze(paths: list[Path | str], config: dict[str, Any] | None = None,
             series[str(tl.rank)] = step_series(tl.kernels, act, steps, groups)
         if steps is not None:
             per_rank[str(tl.rank)], device.evidence = timeline_metrics(tl, kcls, act, steps, groups, run.config)
+            per_rank[str(tl.rank)] |= graph_metrics(tl, steps)
             if (work := kernel_work(tl.kernels, kcls, steps)) is not None:
                 device.evidence["work"] = work
     memory_warnings = []

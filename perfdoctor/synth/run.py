@@ -104,7 +104,8 @@ def run_scenario(
                 _env(sc, r, r % gpn),
             )
         path = out_dir / f"{sc.name}.{key}.sqlite"
-        write_trace(path, schema, procs, table, gpu, offset, sc.labels["strings"] == "ascii", node, capture)
+        write_trace(path, schema, procs, table, gpu, offset, sc.labels["strings"] == "ascii", node, capture,
+                    sc.host.get("cuda_graph_trace", "node"))
         window = None
         if sc.output.get("window_ms"):
             w0 = stages[sc.stage_of(ranks[0])].step_bounds[0] - offset + int(sc.output["window_start_ms"] * 1e6)

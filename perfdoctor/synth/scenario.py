@@ -81,6 +81,11 @@ _SPEC: dict[str, dict[str, tuple[type | tuple[type, ...], Any, tuple[Any, ...] |
         "data_ms": ((int, float), 0.2, None),
         "data_stall_every_steps": (int, 0, None),
         "data_stall_ms": ((int, float), 25.0, None),
+        # each layer pass replayed from a CUDA graph (TE graphed layers); nsys' --cuda-graph-trace mode: node
+        # writes the graphs' kernels (sharing their cudaGraphLaunch's correlationId), graph one
+        # CUPTI_ACTIVITY_KIND_GRAPH_TRACE row per replay instead (schema 2024.2 and later)
+        "cuda_graphs": (bool, False, None),
+        "cuda_graph_trace": (str, "graph", ("graph", "node")),
     },
     "kernels": {
         "precision": (str, "bf16", ("bf16", "fp8")),
@@ -120,7 +125,8 @@ _SPEC: dict[str, dict[str, tuple[type | tuple[type, ...], Any, tuple[Any, ...] |
 }
 # Keys that appear in a validated section only when the first of them is on, so scenarios without the
 # option (and the truth files that record their labels) read exactly as before it existed.
-_SPARSE = {"labels": ("nccl_payload", "nccl_comm_init"), "output": ("window_ms", "window_start_ms")}
+_SPARSE = {"labels": ("nccl_payload", "nccl_comm_init"), "output": ("window_ms", "window_start_ms"),
+           "host": ("cuda_graphs", "cuda_graph_trace")}
 
 # Process-group kinds with an NCCL communicator, in the order Megatron creates them
 # (initialize_model_parallel: data-parallel with CP, CP, TP, PP, then the expert groups).

@@ -16,7 +16,7 @@ import numpy as np
 from perfdoctor.synth.gpu import GpuModel, gpu_model
 from perfdoctor.synth.kernels import API_CU_LAUNCH_EX, API_LAUNCH, API_LAUNCH_COOP, API_LAUNCH_EX, KernelTable
 from perfdoctor.synth.program import StageProgram
-from perfdoctor.synth.recorder import API_MEMCPY, API_MEMSET, HostCost, RankRecorder
+from perfdoctor.synth.recorder import API_GRAPH_LAUNCH, API_MEMCPY, API_MEMSET, HostCost, RankRecorder
 from perfdoctor.synth.scenario import Scenario
 
 
@@ -75,6 +75,7 @@ def simulate(sc: Scenario, seed: int) -> tuple[list[StageResult], KernelTable, G
             API_CU_LAUNCH_EX: launch * 1.2,
             API_MEMCPY: launch * 2.0,  # real exports: async copies cost ~2x a kernel launch on the host
             API_MEMSET: launch * 1.2,
+            API_GRAPH_LAUNCH: launch * 2.5,  # one call replays a whole layer pass
         },
     )
     mailbox: dict[tuple, int] = {}
