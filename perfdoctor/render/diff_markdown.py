@@ -24,12 +24,14 @@ def verdict_line(diff: Diff) -> str:
         prefix = "Steps from periodic structure. "
     if s is None:
         return f"{prefix}{what[0].upper()}{what[1:]} could not be compared (missing on one side)."
-    change = f"{s.base:,.4g} ms → {s.head:,.4g} ms ({_signed_pct(s)})"
+    fmt = ",.2f" if s.key == "step.time_ms" else ",.4g"  # a unit of work is about 1 ms
+    change = f"{s.base:{fmt}} ms → {s.head:{fmt}} ms ({_signed_pct(s)})"
+    noise = f"threshold ±{s.threshold:{fmt}} ms"
     if not s.significant:
         what = "step-time change" if what == "step time" else f"change in {what}"
-        return f"{prefix}No significant {what}: {change}, within noise (threshold ±{s.threshold:,.3g} ms)."
+        return f"{prefix}No significant {what}: {change}, within noise ({noise})."
     word = "slower (regression)" if s.delta > 0 else "faster"
-    return f"{prefix}{what[0].upper()}{what[1:]} {word}: {change}, beyond noise (threshold ±{s.threshold:,.3g} ms)."
+    return f"{prefix}{what[0].upper()}{what[1:]} {word}: {change}, beyond noise ({noise})."
 
 
 def basis_line(diff: Diff) -> str:
