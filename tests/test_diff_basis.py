@@ -5,12 +5,17 @@ iteration (shorter than an iteration, so no optimizer burst and no periodic step
 ``nsys --delay/--duration`` capture does. Ground truth: the head's GEMMs are planted slower by the ratio
 of GEMM efficiencies, so the time per unit of work must grow by that ratio weighted by the GEMM share of
 the base window's compute-kernel time, recomputed here from the base SQLite file.
+
+The real 300 ms window of a 2×H100 training run (``../shared/traces/nsys/mfu_2gpu_before.sqlite``) gives
+the issue's own case: an "after" capture made by running every event 1/0.88 times slower and cutting it
+to the same 300 ms holds 12 % fewer layers; its two halves are the same run.
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -22,6 +27,8 @@ from perfdoctor import api
 from perfdoctor.diff import compare, diff_dict
 from perfdoctor.render.diff_markdown import render_diff_markdown, verdict_line
 from perfdoctor.synth import run_scenario
+from perfdoctor.synth.window import EVENT_TABLES, cut_window
+from tests.paths import SHARED
 
 BASE = {
     "name": "win",
@@ -138,3 +145,52 @@ def test_resolved_only_when_the_metric_behind_the_finding_improved():
     assert "not resolved" in render_diff_markdown(d)
     unknown = compare(base, idler)  # a rule outside the catalog: its metric is unknown, so never "resolved"
     assert not unknown.resolved_findings and "unknown" in unknown.gone_findings[0][1]
+
+
+REAL = SHARED / "traces" / "nsys" / "mfu_2gpu_before.sqlite"
+
+
+def _real_copy(tmp: Path, name: str) -> tuple[Path, int, int]:
+    (tmp / name).mkdir()
+    path = tmp / name / "w.sqlite"
+    shutil.copy(REAL, path)
+    path.chmod(0o644)
+    con = sqlite3.connect(path)
+    lo, hi = con.execute("SELECT min(start), max(end) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()
+    con.close()
+    return path, lo, hi
+
+
+def _slow_down(path: Path, origin: int, factor: float) -> None:
+    """Every event after ``origin`` runs ``factor`` times slower (starts and ends stretched from ``origin``)."""
+    con = sqlite3.connect(path)
+    present = {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    with con:
+        for table in (t for t in (*EVENT_TABLES, "NVTX_EVENTS") if t in present):
+            con.execute(f"UPDATE {table} SET start = ?1 + CAST((start - ?1) * ?2 AS INTEGER), "
+                        "end = CASE WHEN end IS NULL THEN NULL ELSE ?1 + CAST((end - ?1) * ?2 AS INTEGER) END "
+                        "WHERE start >= ?1", (origin, factor))
+    con.close()
+
+
+def test_real_300ms_windows_with_fewer_layers_after_are_a_regression(tmp_path):
+    slow, lo, hi = _real_copy(tmp_path, "after")
+    _slow_down(slow, lo, 1 / 0.88)
+    cut_window(slow, lo, hi)  # the same 300 ms capture: 12 % less work fits
+    d = api.diff(REAL, slow.parent)
+    assert d.basis.kind == "per unit of work"
+    assert d.basis.head_units / d.basis.base_units == pytest.approx(0.88, abs=0.02)
+    assert d.step.head / d.step.base == pytest.approx(1 / 0.88, rel=0.03) and d.step.verdict == "worse"
+    assert "No significant" not in verdict_line(d)
+
+
+def test_real_window_halves_are_the_same_run(tmp_path):
+    first, lo, hi = _real_copy(tmp_path, "first")
+    second, _, _ = _real_copy(tmp_path, "second")
+    cut_window(first, lo, (lo + hi) // 2)
+    cut_window(second, (lo + hi) // 2, hi)
+    d = api.diff(first.parent, second.parent)
+    assert d.basis.kind == "per unit of work" and d.basis.shared > 0.9
+    assert not d.step.significant and d.step.head / d.step.base == pytest.approx(1.0, abs=0.06)
+    other = api.diff(REAL, SHARED / "traces" / "nsys" / "pipit_cloverleaf.sqlite")  # a CUDA mini-app, not this job
+    assert other.basis.kind == "not comparable" and other.step is None
