@@ -67,7 +67,7 @@ class MetricDelta:
 class Diff:
     base_label: str
     head_label: str
-    step: MetricDelta | None
+    step: MetricDelta | None  # step time; per unit of work, time per unit (work.unit_ms); None: not comparable
     metrics: list[MetricDelta]
     new_findings: list[dict[str, Any]] = field(default_factory=list)
     resolved_findings: list[dict[str, Any]] = field(default_factory=list)
@@ -229,6 +229,8 @@ def _compare_findings(diff: Diff, base: list[dict[str, Any]], head: list[dict[st
     for rule in (r for r in h_by if r in b_by):
         b, h = b_by[rule], h_by[rule]
         bi, hi = b.get("impact_ms_per_step"), h.get("impact_ms_per_step")
+        if diff.basis.kind == "per unit of work" and _number(bi) and _number(hi):  # per window → per unit
+            bi, hi = bi / (diff.basis.base_units or 1.0), hi / (diff.basis.head_units or 1.0)
         impact_moved = _number(bi) and _number(hi) and abs(hi - bi) > max(0.25 * abs(bi), ABS_FLOOR["ms"] * 2)
         if b.get("severity") != h.get("severity") or impact_moved:
             diff.changed_findings.append((b, h))
