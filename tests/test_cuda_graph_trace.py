@@ -79,6 +79,8 @@ def test_graph_mode_is_busy_like_node_mode(twins):
     assert mn["gpu.busy_fraction"] > 0.95
     # busy: a replay is busy from its first node's start to its last node's end (0.4 us node gaps included)
     assert mg["gpu.busy_fraction"] == pytest.approx(mn["gpu.busy_fraction"], abs=0.005)
+    assert mg["gpu.busy_fraction"] == pytest.approx(np.median([s["busy_ms"] / s["step_ms"] for s in truth[1:]]),
+                                                    abs=0.005)
     assert mg["comm.exposed_ms"] == pytest.approx(mn["comm.exposed_ms"], rel=0.01)
     assert mg["comm.exposed_ms"] == pytest.approx(np.median([s["exposed_total_ms"] for s in truth[1:]]), rel=0.03)
     # no invented idle or launch-bound time inside replays
