@@ -23,12 +23,14 @@ from perfdoctor.load.run import load_run
 from perfdoctor.measure.activity import activity
 from perfdoctor.measure.breakdown import activity_window, summarize
 from perfdoctor.measure.excerpt import excerpt
+from perfdoctor.measure.graphs import graph_metrics
 from perfdoctor.measure.memory import MemoryMeasurement, measure_memory
 from perfdoctor.measure.metrics import METRIC_KEYS, across_ranks, timeline_metrics
 from perfdoctor.measure.pipeline import theory
 from perfdoctor.measure.ranks import rank_metrics, rank_stages
 from perfdoctor.measure.step_series import step_series
 from perfdoctor.measure.steps import find_steps
+from perfdoctor.measure.work_units import kernel_work
 from perfdoctor.model import Report
 
 
@@ -63,6 +65,9 @@ def analyze(paths: list[Path | str], config: dict[str, Any] | None = None,
             series[str(tl.rank)] = step_series(tl.kernels, act, steps, groups)
         if steps is not None:
             per_rank[str(tl.rank)], device.evidence = timeline_metrics(tl, kcls, act, steps, groups, run.config)
+            per_rank[str(tl.rank)] |= graph_metrics(tl, steps)
+            if (work := kernel_work(tl.kernels, kcls, steps)) is not None:
+                device.evidence["work"] = work
     memory_warnings = []
     for tl, device in zip(run.timelines, devices):
         if tl.memory is not None:
@@ -117,5 +122,7 @@ def diff(base: Path | str, head: Path | str, config: dict[str, Any] | None = Non
         saved = read_report(path)
         return saved if saved is not None else report_dict(analyze([path], config))
 
-    return compare(side(Path(base)), side(Path(head)), str(base), str(head))
+    impact = {r.id: r.spec["impact"]["metric"] for r in load_rules() if isinstance(r.spec.get("impact"), dict)
+              and r.spec["impact"].get("metric")}
+    return compare(side(Path(base)), side(Path(head)), str(base), str(head), impact)
 

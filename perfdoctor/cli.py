@@ -183,7 +183,8 @@ def diff(
         = PlotlyJs.inline,
     fail_on_regression: Annotated[Optional[float], typer.Option(
         "--fail-on-regression", metavar="PCT",
-        help="Exit 1 when the median step time grew by more than PCT %, beyond noise.")] = None,
+        help="Exit 1 when the median step time (per unit of work for window-only captures) grew by more than "
+             "PCT %, beyond noise, or when the runs are not comparable.")] = None,
 ) -> None:
     """Compare two runs: per-metric deltas against noise, new / resolved / changed findings."""
     from perfdoctor import api
@@ -213,6 +214,9 @@ def diff(
         from perfdoctor.render.diff_terminal import render_diff_terminal
 
         _print_rich(lambda console, to_file: render_diff_terminal(d, console, show_all=to_file), output)
+    if fail_on_regression is not None and not d.basis.comparable:
+        sys.stderr.write(f"perfdoctor: the runs are not comparable ({d.basis.reason}): cannot rule out a regression\n")
+        raise typer.Exit(1)
     if fail_on_regression is not None and d.step_regression_pct > fail_on_regression:
         sys.stderr.write(f"perfdoctor: step time regressed by {d.step_regression_pct:.1f} % "
                          f"(> --fail-on-regression {fail_on_regression:g})\n")

@@ -7,6 +7,12 @@ series in the report's ``series`` (1.2533·σ/√n per rank, median over ranks, 
 quadrature), so step-to-step jitter of a run is never called a regression. Fractions of the step
 borrow the noise of their ms counterpart divided by the step time; metrics without any series are
 judged by wider floors alone (10 %, or 2 points of a fraction).
+
+Steps decide what can be compared (perfdoctor.diff_basis): two captures without step markers or periodic
+iterations are compared per unit of work (time per GEMM launch replaces step time and
+totals are divided by the units each side ran), or declared not comparable, never "no change". A
+finding that no longer fires is *resolved* only when the metric behind it (its rule's impact metric)
+improved beyond noise; otherwise it is listed as gone but not resolved, with the reason.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from perfdoctor.diff_basis import Basis, choose_basis, is_total, work_note
 from perfdoctor.errors import InputError
 
 K = 3.0  # noise multiples a delta must exceed
@@ -29,11 +36,12 @@ ABS_FLOOR = {"ms": 0.05, "fraction": 0.005, "us": 1.0, "bytes": float(2**20), "c
 UNMEASURED_REL_FLOOR = 0.10
 UNMEASURED_ABS_FLOOR = {**ABS_FLOOR, "fraction": 0.02}
 # Direction of "worse" per metric family (prefix match); others are just "changed".
-WORSE_IF_HIGHER = re.compile(r"^(step\.time|comm\.(\w+\.)?exposed|host\.|pipeline\.(bubble_ms|bubble_fraction$|warmup"
+WORSE_IF_HIGHER = re.compile(r"^(step\.time|work\.unit_ms|comm\.(\w+\.)?exposed|host\.|pipeline\.(bubble_ms|bubble_fraction$|warmup"
                              r"|steady|stage_imbalance)|ln\.|kernels\.unfused|memcpy\.exposed|tp\.serialized"
                              r"|ranks\.step_time_spread)")
 BETTER_IF_HIGHER = re.compile(r"^(mfu|model\.tflops|gpu\.busy)")
 NOT_COMPARED = ("ranks.slowest", "pipeline.bubble_fraction_theory")
+UNIT_TIME = "work.unit_ms"  # per unit of work (perfdoctor.diff_basis): wall time per unit, in place of step time
 
 
 @dataclass(frozen=True)
@@ -59,12 +67,16 @@ class MetricDelta:
 class Diff:
     base_label: str
     head_label: str
-    step: MetricDelta | None
+    step: MetricDelta | None  # step time; per unit of work, time per unit (work.unit_ms); None: not comparable
     metrics: list[MetricDelta]
     new_findings: list[dict[str, Any]] = field(default_factory=list)
     resolved_findings: list[dict[str, Any]] = field(default_factory=list)
     changed_findings: list[tuple[dict[str, Any], dict[str, Any]]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    basis: Basis = field(default_factory=lambda: Basis("steps"))
+    # Findings that no longer fire although the metric behind them did not improve beyond noise (the rule
+    # stopped firing for another reason, e.g. less work fitted into the window): (finding, why)
+    gone_findings: list[tuple[dict[str, Any], str]] = field(default_factory=list)
     base_all: dict[str, Any] = field(default_factory=dict)  # metrics.all of each side, for charts
     head_all: dict[str, Any] = field(default_factory=dict)
 
@@ -81,29 +93,59 @@ class Diff:
         return [m for m in self.metrics if m.significant]
 
 
-def compare(base: dict[str, Any], head: dict[str, Any], base_label: str = "base", head_label: str = "head") -> Diff:
-    """The diff of two JSON report dicts."""
+def compare(base: dict[str, Any], head: dict[str, Any], base_label: str = "base", head_label: str = "head",
+            impact_metrics: dict[str, str] | None = None) -> Diff:
+    """The diff of two JSON report dicts, on the basis their steps allow (perfdoctor.diff_basis).
+
+    ``impact_metrics`` maps a rule id to the metric behind its findings (the rule's ``impact.metric``):
+    a finding is *resolved* only when that metric improved beyond noise."""
     b_all, h_all = base.get("metrics", {}).get("all", {}), head.get("metrics", {}).get("all", {})
     b_noise, h_noise = _noise(base), _noise(head)
     step_b, step_h = b_all.get("step.time_ms"), h_all.get("step.time_ms")
+    basis = choose_basis(base, head)
+    per_unit = basis.kind == "per unit of work"
+    scale_b, scale_h = (basis.base_units or 1.0, basis.head_units or 1.0) if per_unit else (1.0, 1.0)
     deltas = []
+    if per_unit:  # a single window per rank: no per-step series, so floors only
+        deltas.append(_delta(UNIT_TIME, float(basis.base_unit_ms or 0.0), float(basis.head_unit_ms or 0.0), None))
     for key in sorted(set(b_all) | set(h_all)):
         b, h = b_all.get(key), h_all.get(key)
-        if key in NOT_COMPARED or not _number(b) or not _number(h):
+        if key in NOT_COMPARED or not _number(b) or not _number(h) or not _compared(key, basis):
             continue
-        noise = _combined(_metric_noise(key, b_noise, step_b), _metric_noise(key, h_noise, step_h))
-        deltas.append(_delta(key, float(b), float(h), noise))
+        nb, nh = _metric_noise(key, b_noise, step_b), _metric_noise(key, h_noise, step_h)
+        if per_unit and is_total(key):  # per-window totals → per unit of work
+            b, h = b / scale_b, h / scale_h
+            nb, nh = (None if nb is None else nb / scale_b), (None if nh is None else nh / scale_h)
+        deltas.append(_delta(key, float(b), float(h), _combined(nb, nh)))
+    step_key = UNIT_TIME if per_unit else "step.time_ms"
     notes = []
+    if per_unit:
+        notes.append(f"compared per unit of work ({basis.unit}) because {basis.reason}; every *_ms and per-step total "
+                     f"is per unit of work on both sides ({basis.base_units:,.1f} units per window in base, "
+                     f"{basis.head_units:,.1f} in head)")
+    elif not basis.comparable:
+        notes.append("the runs are not comparable: step time and per-step totals are not compared, only shares of "
+                     "the window and per-kernel statistics")
+    elif (note := work_note(basis)) is not None:
+        notes.append(note)
     for label, rep in ((base_label, base), (head_label, head)):
         counts = rep.get("steps", {}).get("count")
         if counts is not None and counts < 2:
             notes.append(f"{label} has {counts} step(s): no noise estimate from step variance, floors only")
     if base.get("run", {}).get("config") != head.get("run", {}).get("config"):
         notes.append("the two runs have different parallel/model configurations")
-    diff = Diff(base_label, head_label, next((d for d in deltas if d.key == "step.time_ms"), None), deltas,
-                notes=notes, base_all=b_all, head_all=h_all)
-    _compare_findings(diff, base.get("findings") or [], head.get("findings") or [])
+    diff = Diff(base_label, head_label, next((d for d in deltas if d.key == step_key), None), deltas,
+                notes=notes, basis=basis, base_all=b_all, head_all=h_all)
+    _compare_findings(diff, base.get("findings") or [], head.get("findings") or [], impact_metrics or {})
     return diff
+
+
+def _compared(key: str, basis: Basis) -> bool:
+    """Per unit of work, step time is replaced by time per unit; without a basis, nothing that grows with
+    the work done in the window is compared."""
+    if basis.kind == "per unit of work":
+        return key not in ("step.time_ms", "step.time_p90_ms")
+    return basis.comparable or not is_total(key)
 
 
 def _number(v: Any) -> bool:
@@ -170,17 +212,42 @@ def _combined(a: float | None, b: float | None) -> float | None:
     return math.hypot(a, b)
 
 
-def _compare_findings(diff: Diff, base: list[dict[str, Any]], head: list[dict[str, Any]]) -> None:
+def _compare_findings(diff: Diff, base: list[dict[str, Any]], head: list[dict[str, Any]],
+                      impact_metrics: dict[str, str]) -> None:
     b_by = {f.get("rule"): f for f in base}
     h_by = {f.get("rule"): f for f in head}
     diff.new_findings = [f for r, f in h_by.items() if r not in b_by]
-    diff.resolved_findings = [f for r, f in b_by.items() if r not in h_by]
+    by_key = {m.key: m for m in diff.metrics}
+    for rule, f in b_by.items():
+        if rule in h_by:
+            continue
+        why = _not_improved(impact_metrics.get(str(rule)), by_key)
+        if why is None:
+            diff.resolved_findings.append(f)
+        else:
+            diff.gone_findings.append((f, why))
     for rule in (r for r in h_by if r in b_by):
         b, h = b_by[rule], h_by[rule]
         bi, hi = b.get("impact_ms_per_step"), h.get("impact_ms_per_step")
+        if diff.basis.kind == "per unit of work" and _number(bi) and _number(hi):  # per window → per unit
+            bi, hi = bi / (diff.basis.base_units or 1.0), hi / (diff.basis.head_units or 1.0)
         impact_moved = _number(bi) and _number(hi) and abs(hi - bi) > max(0.25 * abs(bi), ABS_FLOOR["ms"] * 2)
         if b.get("severity") != h.get("severity") or impact_moved:
             diff.changed_findings.append((b, h))
+
+
+def _not_improved(metric: str | None, by_key: dict[str, MetricDelta]) -> str | None:
+    """None when the metric behind a finding fell beyond noise (the finding is resolved), else why not.
+    Impact metrics measure the problem (ms or share of the step it costs), so lower is better."""
+    if metric is None:
+        return "the metric behind this finding is unknown (a rule outside the catalog)"
+    m = by_key.get(metric)
+    if m is None:
+        return f"{metric} could not be compared on this basis"
+    if m.significant and m.delta < 0:
+        return None
+    return (f"{metric} did not improve beyond noise ({m.base:,.4g} → {m.head:,.4g}, threshold ±{m.threshold:,.3g}): "
+            "the rule stopped firing for another reason")
 
 
 def diff_dict(diff: Diff) -> dict[str, Any]:
@@ -196,11 +263,13 @@ def diff_dict(diff: Diff) -> dict[str, Any]:
         "diff_schema_version": "1",
         "base": diff.base_label,
         "head": diff.head_label,
+        "basis": diff.basis.as_dict(),
         "step": metric(diff.step) if diff.step else None,
         "step_regression_pct": diff.step_regression_pct,
         "metrics": [metric(m) for m in diff.metrics],
         "findings": {"new": [brief(f) for f in diff.new_findings],
                      "resolved": [brief(f) for f in diff.resolved_findings],
+                     "gone_unresolved": [{**brief(f), "why": why} for f, why in diff.gone_findings],
                      "changed": [{"base": brief(b), "head": brief(h)} for b, h in diff.changed_findings]},
         "notes": diff.notes,
     }

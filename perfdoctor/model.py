@@ -70,7 +70,10 @@ class Timeline:
     Tables (pandas DataFrames, integer ns, one row per event):
       kernels   start end stream correlation_id launch_type grid_x grid_y grid_z block_x block_y block_z
                 short_name demangled_name (categoricals); sorted by start (the loader sorts once, so
-                measurements rely on it instead of sorting a million rows again)
+                measurements rely on it instead of sorting a million rows again). A CUDA graph replay
+                traced as a whole (nsys --cuda-graph-trace=graph) is one row here, named
+                ``[CUDA graph <graphId> replay]`` with launch/grid/block columns -1 (load/graph_trace.py):
+                busy compute for its whole span, linked to its cudaGraphLaunch by correlation id
       memcpy    start end stream correlation_id bytes copy_kind
       memset    start end stream correlation_id bytes
       sync      start end stream correlation_id sync_type

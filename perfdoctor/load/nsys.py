@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from perfdoctor.errors import InputError
+from perfdoctor.load.graph_trace import with_graph_replays
 from perfdoctor.load.nccl_payload import read_payloads
 from perfdoctor.load.sqlite_export import SqliteExport
 from perfdoctor.model import GpuInfo, Timeline, TraceInfo
@@ -194,7 +195,7 @@ def read_timelines(db: SqliteExport, info: TraceInfo) -> list[Timeline]:
     import pandas as pd
 
     strings = _strings(db)
-    kernels = _kernels(db, strings)
+    kernels = with_graph_replays(db, _kernels(db, strings), info.warnings)  # graph-mode CUDA graphs as rows
     memcpy = _device_table(db, MEMCPY_TABLE, {"bytes": "bytes", "copy_kind": "copyKind"})
     memset = _device_table(db, MEMSET_TABLE, {"bytes": "bytes"})
     sync = _device_table(db, SYNC_TABLE, {"sync_type": "syncType"})

@@ -45,6 +45,7 @@ METRIC_KEYS: tuple[str, ...] = (
     *(f"kernels.{f}_fraction" for f in FAMILIES), "kernels.unfused_ms",
     *(f"kernels.unfused.{kind}_ms" for kind in UNFUSED_KINDS), "moe.expert_gemm_launches", "memcpy.exposed_ms",
     "tp.serialized_overlap_ms",
+    "graphs.launches_per_step", "graphs.replay_fraction",  # measure/graphs.py, set by api.analyze
     "comm.dp.kernels_per_step", "comm.dp.median_kernel_us", "comm.dp.fp32_fraction",
     *RANK_METRIC_KEYS,
 )

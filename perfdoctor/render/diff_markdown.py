@@ -13,19 +13,44 @@ VERDICT_ICON = {"worse": "🔺", "better": "✅", "changed": "↔️", "same": "
 
 
 def verdict_line(diff: Diff) -> str:
-    """One sentence: did the step time change beyond noise?"""
+    """One sentence: did the step time (or, per unit of work, the time per unit) change beyond noise?"""
+    if not diff.basis.comparable:
+        return f"Not comparable: {diff.basis.reason}."
     s = diff.step
+    what, prefix = "step time", ""
+    if diff.basis.kind == "per unit of work":
+        what = f"time per unit of work ({diff.basis.unit})"
+    elif diff.basis.kind == "periodic steps":
+        prefix = "Steps from periodic structure. "
     if s is None:
-        return "Step time could not be compared (missing on one side)."
-    change = f"{s.base:,.2f} ms → {s.head:,.2f} ms ({_signed_pct(s)})"
+        return f"{prefix}{what[0].upper()}{what[1:]} could not be compared (missing on one side)."
+    fmt = ",.2f" if s.key == "step.time_ms" else ",.4g"  # a unit of work is about 1 ms
+    change = f"{s.base:{fmt}} ms → {s.head:{fmt}} ms ({_signed_pct(s)})"
+    noise = f"threshold ±{s.threshold:{fmt}} ms"
     if not s.significant:
-        return f"No significant step-time change: {change}, within noise (threshold ±{s.threshold:,.2f} ms)."
+        what = "step-time change" if what == "step time" else f"change in {what}"
+        return f"{prefix}No significant {what}: {change}, within noise ({noise})."
     word = "slower (regression)" if s.delta > 0 else "faster"
-    return f"Step time {word}: {change}, beyond noise (threshold ±{s.threshold:,.2f} ms)."
+    return f"{prefix}{what[0].upper()}{what[1:]} {word}: {change}, beyond noise ({noise})."
+
+
+def basis_line(diff: Diff) -> str:
+    """What the two runs were compared on (DESIGN §3 steps), in words."""
+    b = diff.basis
+    if b.kind == "per unit of work":
+        return f"{b.kind} ({b.unit})"
+    return b.kind + (f" — {b.reason}" if b.comparable else "")
+
+
+def _verdict_md(diff: Diff) -> str:
+    """The verdict as Markdown: escaped where it quotes kernel names (per unit of work, not comparable)."""
+    line = verdict_line(diff)
+    return md(line) if diff.basis.unit or not diff.basis.comparable else line
 
 
 def render_diff_markdown(diff: Diff) -> str:
-    out = [f"## perfdoctor diff · {md(diff.base_label)} → {md(diff.head_label)}", "", f"**{verdict_line(diff)}**", ""]
+    out = [f"## perfdoctor diff · {md(diff.base_label)} → {md(diff.head_label)}", "", f"**{_verdict_md(diff)}**",
+           "", f"Basis: {md(basis_line(diff))}", ""]
     out += _findings(diff)
     sig = diff.significant
     if sig:
@@ -51,6 +76,10 @@ def _findings(diff: Diff) -> list[str]:
             out += [f"- **{md(f.get('rule', ''))}** ({md(f.get('severity', ''))}): {md(f.get('summary', ''))}"
                     for f in items]
             out.append("")
+    if diff.gone_findings:
+        out += ["### No longer firing, not resolved", ""]
+        out += [f"- **{md(f.get('rule', ''))}**: {md(why)}" for f, why in diff.gone_findings]
+        out.append("")
     if diff.changed_findings:
         out += ["### Changed findings", ""]
         for b, h in diff.changed_findings:

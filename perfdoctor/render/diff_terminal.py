@@ -7,7 +7,7 @@ from rich.table import Table
 from rich.text import Text
 
 from perfdoctor.diff import Diff
-from perfdoctor.render.diff_markdown import verdict_line
+from perfdoctor.render.diff_markdown import basis_line, verdict_line
 
 STYLE = {"worse": "red", "better": "green", "changed": "yellow", "same": ""}
 
@@ -15,9 +15,12 @@ STYLE = {"worse": "red", "better": "green", "changed": "yellow", "same": ""}
 def render_diff_terminal(diff: Diff, console: Console, show_all: bool = False) -> None:
     console.print(Text.assemble(("diff ", "bold"), diff.base_label, " → ", diff.head_label))
     console.print(Text(verdict_line(diff), style="bold red" if diff.step_regression_pct else "bold"))
+    console.print(Text(f"basis: {basis_line(diff)}", style="dim"))
     for title, items in (("new", diff.new_findings), ("resolved", diff.resolved_findings)):
         for f in items:
             console.print(Text(f"  {title}: {f.get('rule', '')} ({f.get('severity', '')}) {f.get('summary', '')}"))
+    for f, why in diff.gone_findings:
+        console.print(Text(f"  no longer firing, not resolved: {f.get('rule', '')}: {why}"))
     for b, h in diff.changed_findings:
         console.print(Text(f"  changed: {h.get('rule', '')} {b.get('severity', '')} → {h.get('severity', '')}"))
     rows = diff.metrics if show_all else diff.significant

@@ -13,7 +13,7 @@ step when `labels.nccl_comm_init` is on.
 from __future__ import annotations
 
 import json
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from typing import Any
 
 import numpy as np
@@ -486,6 +486,16 @@ class StageProgram:
             self._run("topk")
             self._run("router")
 
+    def _graphed(self, key: str, layer_pass: Callable[[], None]) -> None:
+        """One layer pass, replayed from its CUDA graph when the scenario uses graphs (host.cuda_graphs, as
+        TE graphed layers do); only its compute-stream kernels are graph nodes."""
+        if not self.sc.host.get("cuda_graphs"):
+            layer_pass()
+            return
+        self.rec.graph_begin(key)
+        layer_pass()
+        self.rec.graph_end()
+
     def _layer_fwd(self) -> None:
         self._run("norm_fwd")
         self._layer_fwd_after_norm()
@@ -561,7 +571,7 @@ class StageProgram:
                 rec.wait_stream(self.s_compute, self.s_dp)
                 self._layer_fwd_after_norm()
             else:
-                self._layer_fwd()
+                self._graphed(f"fwd chunk={p.chunk} layer={layer}", self._layer_fwd)
         if vstage == self.pp * self.vpp - 1:
             self._run("logits")
             self._run("loss_fwd")
@@ -598,7 +608,7 @@ class StageProgram:
         overlap = last_for_chunk and self.dp_size > 1 and self.sc.comm["overlap_grad_reduce"]
         ends = {last: b for b, (last, _) in enumerate(self.buckets[p.chunk])}
         for i in range(self.layers_per_chunk):
-            self._layer_bwd()
+            self._graphed(f"bwd chunk={p.chunk} layer={i}", self._layer_bwd)
             if overlap and i in ends:
                 rec.wait_stream(self.s_dp, self.s_compute)
                 self._grad_bucket(p.chunk, ends[i], self.s_dp)

@@ -35,6 +35,10 @@ API_EVENT_RECORD = "cudaEventRecord_v3020"
 API_STREAM_WAIT = "cudaStreamWaitEvent_v3020"
 API_MEMCPY = "cudaMemcpyAsync_v3020"
 API_MEMSET = "cudaMemsetAsync_v3020"
+API_GRAPH_LAUNCH = "cudaGraphLaunch_v10000"
+# A replayed graph runs its kernels back to back: the device starts the next node ~0.4 us after one ends,
+# with no host in between (DESIGN §3 "CUDA graphs").
+GRAPH_NODE_GAP_NS = 400
 
 # nsys enums (research/nsys_schema.md §3.14): ENUM_CUDA_MEMCPY_OPER, ENUM_CUDA_MEM_KIND, ENUM_CUPTI_SYNC_TYPE
 COPY_HTOD, COPY_DTOH = 1, 2
@@ -80,6 +84,12 @@ class RankRecorder:
     k_spec: list[int] = field(default_factory=list)
     k_corr: list[int] = field(default_factory=list)
     k_group: list[int] = field(default_factory=list)
+    # CUDA graphs (host.cuda_graphs): per kernel the graph it was replayed from (0: launched on its own)
+    # and its node id in that graph; graph ids are 1.. in order of first replay
+    k_graph: list[int] = field(default_factory=list)
+    k_node: list[int] = field(default_factory=list)
+    graph_ids: dict[str, int] = field(default_factory=dict)
+    _replay: list[int] | None = None  # graph id, correlationId, ns the replay may start at, nodes so far
     # copies (CUPTI_ACTIVITY_KIND_MEMCPY): kind/src/dst are the nsys enum values
     c_start: list[int] = field(default_factory=list)
     c_end: list[int] = field(default_factory=list)
@@ -139,12 +149,32 @@ class RankRecorder:
         self.r_name.append(name)
         return start, end, self.corr
 
-    def launch(self, spec: int, stream: int, dur: float, group: str = "", after: int = 0) -> int:
-        """Launch kernel `spec` on `stream`; returns its GPU end time."""
-        s = self.table.specs[spec]
+    def graph_begin(self, key: str) -> None:
+        """Replay the CUDA graph captured for `key` (one per layer pass, as TE graphed layers are): one
+        cudaGraphLaunch call; the compute-stream kernels launched until `graph_end` are its nodes."""
+        graph = self.graph_ids.setdefault(key, len(self.graph_ids) + 1)
         self.host += self._python()
-        _, api_end, corr = self.api(s.api, int(self.cost.launch_ns[s.api]))
-        start = max(api_end + self.cost.latency_ns, self.stream_free.get(stream, 0), after)
+        _, api_end, corr = self.api(API_GRAPH_LAUNCH, int(self.cost.launch_ns[API_GRAPH_LAUNCH]))
+        self._replay = [graph, corr, api_end + self.cost.latency_ns, 0]
+
+    def graph_end(self) -> None:
+        self._replay = None
+
+    def launch(self, spec: int, stream: int, dur: float, group: str = "", after: int = 0) -> int:
+        """Launch kernel `spec` on `stream`; returns its GPU end time. Inside a graph replay a compute-stream
+        kernel costs the host nothing and shares the graph launch's correlationId."""
+        s = self.table.specs[spec]
+        graph = node = 0
+        if self._replay is not None and stream == self.compute_stream:
+            graph, corr, ready, nodes = self._replay
+            self._replay[3] += 1
+            node = graph * 100_000 + nodes + 1  # graphNodeId: unique across the process's graphs
+            free = self.stream_free.get(stream, 0)
+            start = max(ready if nodes == 0 else free + GRAPH_NODE_GAP_NS, free, after)
+        else:
+            self.host += self._python()
+            _, api_end, corr = self.api(s.api, int(self.cost.launch_ns[s.api]))
+            start = max(api_end + self.cost.latency_ns, self.stream_free.get(stream, 0), after)
         if s.is_tuned_norm and self.sm_margin == 0 and self._busy:
             start = self._wait_for_sms(start, stream)
         end = start + max(int(dur), 1_000)
@@ -155,6 +185,8 @@ class RankRecorder:
         self.k_spec.append(spec)
         self.k_corr.append(corr)
         self.k_group.append(GROUP_CODES[group])
+        self.k_graph.append(graph)
+        self.k_node.append(node)
         if s.is_comm and stream != self.compute_stream:
             self._busy.append((start, end, stream))
         return end
@@ -261,6 +293,8 @@ class RankRecorder:
             "spec": np.asarray(self.k_spec, dtype=np.int64),
             "corr": np.asarray(self.k_corr, dtype=np.int64),
             "group": np.asarray(self.k_group, dtype=np.int64),
+            "graph": np.asarray(self.k_graph, dtype=np.int64),
+            "node": np.asarray(self.k_node, dtype=np.int64),
         }
 
     def op_arrays(self) -> dict[str, np.ndarray]:

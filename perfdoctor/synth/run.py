@@ -16,6 +16,7 @@ from perfdoctor.errors import InputError
 from perfdoctor.synth.scenario import Scenario, load_scenario, scenario_from_dict
 from perfdoctor.synth.simulate import config_mark, simulate
 from perfdoctor.synth.truth import rank_truth
+from perfdoctor.synth.window import cut_window
 from perfdoctor.synth.writer import SCHEMAS, ProcessOut, write_trace
 
 TRUTH_FORMAT = "perfdoctor-synth-truth/1"
@@ -103,7 +104,13 @@ def run_scenario(
                 _env(sc, r, r % gpn),
             )
         path = out_dir / f"{sc.name}.{key}.sqlite"
-        write_trace(path, schema, procs, table, gpu, offset, sc.labels["strings"] == "ascii", node, capture)
+        write_trace(path, schema, procs, table, gpu, offset, sc.labels["strings"] == "ascii", node, capture,
+                    sc.host.get("cuda_graph_trace", "node"))
+        window = None
+        if sc.output.get("window_ms"):
+            w0 = stages[sc.stage_of(ranks[0])].step_bounds[0] - offset + int(sc.output["window_start_ms"] * 1e6)
+            window = {"start_ns": w0, "end_ns": w0 + int(sc.output["window_ms"] * 1e6)}
+            cut_window(path, window["start_ns"], window["end_ns"])
         truth = {
             "format": TRUTH_FORMAT,
             "scenario": sc.name,
@@ -114,6 +121,7 @@ def run_scenario(
             "config": config_mark(sc, gpu),
             "labels": sc.labels,
             "launch_latency_ns": stages[0].recorder.cost.latency_ns,
+            **({"window": window} if window else {}),
             "ranks": {
                 str(p.rank): {
                     "stage": sc.stage_of(p.rank),

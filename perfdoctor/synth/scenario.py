@@ -54,6 +54,8 @@ _SPEC: dict[str, dict[str, tuple[type | tuple[type, ...], Any, tuple[Any, ...] |
         "nvlink_gbps": ((int, float), None, None),
         "network_latency_us": ((int, float), None, None),
         "gpus_per_node": (int, 8, None),
+        # achieved share of peak (synth/gpu.py): lower it to simulate a slower GEMM library or a throttled GPU
+        "gemm_efficiency": ((int, float), None, None),
     },
     "comm": {
         "overlap_grad_reduce": (bool, True, None),
@@ -79,6 +81,11 @@ _SPEC: dict[str, dict[str, tuple[type | tuple[type, ...], Any, tuple[Any, ...] |
         "data_ms": ((int, float), 0.2, None),
         "data_stall_every_steps": (int, 0, None),
         "data_stall_ms": ((int, float), 25.0, None),
+        # each layer pass replayed from a CUDA graph (TE graphed layers); nsys' --cuda-graph-trace mode: node
+        # writes the graphs' kernels (sharing their cudaGraphLaunch's correlationId), graph one
+        # CUPTI_ACTIVITY_KIND_GRAPH_TRACE row per replay instead (schema 2024.2 and later)
+        "cuda_graphs": (bool, False, None),
+        "cuda_graph_trace": (str, "graph", ("graph", "node")),
     },
     "kernels": {
         "precision": (str, "bf16", ("bf16", "fp8")),
@@ -105,6 +112,10 @@ _SPEC: dict[str, dict[str, tuple[type | tuple[type, ...], Any, tuple[Any, ...] |
         "schema": (str, "2024.2", ("2022.4", "2024.2", "2026.2")),
         "layout": (str, "per_rank", ("per_rank", "per_node")),
         "ranks": ((list, str), "stages", None),
+        # a capture window of this length (ms), beginning `window_start_ms` after the first step began, as
+        # `nsys profile --delay/--duration` records it (synth/window.py); 0: the whole run
+        "window_ms": ((int, float), 0, None),
+        "window_start_ms": ((int, float), 0, None),
     },
     "run": {
         "steps": (int, 3, None),
@@ -114,7 +125,8 @@ _SPEC: dict[str, dict[str, tuple[type | tuple[type, ...], Any, tuple[Any, ...] |
 }
 # Keys that appear in a validated section only when the first of them is on, so scenarios without the
 # option (and the truth files that record their labels) read exactly as before it existed.
-_SPARSE = {"labels": ("nccl_payload", "nccl_comm_init")}
+_SPARSE = {"labels": ("nccl_payload", "nccl_comm_init"), "output": ("window_ms", "window_start_ms"),
+           "host": ("cuda_graphs", "cuda_graph_trace")}
 
 # Process-group kinds with an NCCL communicator, in the order Megatron creates them
 # (initialize_model_parallel: data-parallel with CP, CP, TP, PP, then the expert groups).
@@ -260,6 +272,8 @@ def _check_consistency(s: Scenario) -> None:
     for key in ("layers", "hidden", "heads", "kv_heads", "seq_length", "micro_batch_size", "num_microbatches"):
         if m[key] < 1:
             raise _fail(f"model.{key}", "must be at least 1")
+    if s.output.get("window_ms", 0) < 0 or s.output.get("window_start_ms", 0) < 0:
+        raise _fail("output.window_ms", "window length and start must be >= 0")
     for key in ("tp", "pp", "vpp", "cp", "dp", "ep"):
         if p[key] < 1:
             raise _fail(f"parallel.{key}", "must be at least 1")

@@ -16,7 +16,7 @@ import numpy as np
 from perfdoctor.synth.gpu import GpuModel, gpu_model
 from perfdoctor.synth.kernels import API_CU_LAUNCH_EX, API_LAUNCH, API_LAUNCH_COOP, API_LAUNCH_EX, KernelTable
 from perfdoctor.synth.program import StageProgram
-from perfdoctor.synth.recorder import API_MEMCPY, API_MEMSET, HostCost, RankRecorder
+from perfdoctor.synth.recorder import API_GRAPH_LAUNCH, API_MEMCPY, API_MEMSET, HostCost, RankRecorder
 from perfdoctor.synth.scenario import Scenario
 
 
@@ -60,7 +60,7 @@ def config_mark(sc: Scenario, gpu: GpuModel) -> dict[str, Any]:
 def simulate(sc: Scenario, seed: int) -> tuple[list[StageResult], KernelTable, GpuModel]:
     """Simulate all pipeline stages of `sc`; stage s stands for every rank of that stage."""
     overrides = {
-        k: float(sc.gpu[k]) for k in ("network_gbps", "nvlink_gbps", "network_latency_us") if sc.gpu[k] is not None
+        k: float(sc.gpu[k]) for k in ("network_gbps", "nvlink_gbps", "network_latency_us", "gemm_efficiency") if sc.gpu[k] is not None
     }
     gpu = gpu_model(sc.gpu["name"], overrides)
     table = KernelTable()
@@ -75,6 +75,7 @@ def simulate(sc: Scenario, seed: int) -> tuple[list[StageResult], KernelTable, G
             API_CU_LAUNCH_EX: launch * 1.2,
             API_MEMCPY: launch * 2.0,  # real exports: async copies cost ~2x a kernel launch on the host
             API_MEMSET: launch * 1.2,
+            API_GRAPH_LAUNCH: launch * 2.5,  # one call replays a whole layer pass
         },
     )
     mailbox: dict[tuple, int] = {}

@@ -39,6 +39,8 @@ SCHEMAS = {
     "2024.2": ("2024.2.3.sql", "2024.2.3.38", "3.11.1", "2024.2"),
     "2026.2": ("2026.2.1.sql", "2026.2.1.210", "3.25.0", "2026.2"),
 }
+# Release -> DDL file of CUPTI_ACTIVITY_KIND_GRAPH_TRACE (new in 2024.2; research/nsys_schema.md §3.5).
+GRAPH_TRACE_DDL = {"2024.2": "graph_trace_2024.2.3.sql"}
 VM_BITS = 1 << 48
 SESSION_UTC_NS = 1_780_000_000_000_000_000
 # Start of the DDL's NCCL payload tables: created only for traces with payloads, so the table set of the
@@ -139,16 +141,25 @@ def write_trace(
     nvtx_ascii: bool,
     node: int,
     capture_command: tuple[str, list[str], dict[str, str]],
+    graph_trace: str = "node",
 ) -> None:
     """Write one SQLite export holding `procs`; all their timestamps are shifted by `-offset_ns`. NCCL
-    payloads are written when the recorders carry communicators (labels.nccl_payload)."""
+    payloads are written when the recorders carry communicators (labels.nccl_payload). Kernels replayed
+    from CUDA graphs are written as nsys' `--cuda-graph-trace` mode records them: `node`, as kernel rows
+    with their graphNodeId; `graph`, as one CUPTI_ACTIVITY_KIND_GRAPH_TRACE row per replay instead."""
     payloads = any(p.recorder.communicators is not None for p in procs)
     if payloads and _PAYLOAD_DDL not in _ddl(schema, True):
         raise InputError(f"labels.nccl_payload needs schema 2026.2; schema {schema} has no NVTX payload tables")
+    graphs = graph_trace == "graph" and any(p.recorder.graph_ids for p in procs)
+    if graphs and schema not in GRAPH_TRACE_DDL:
+        raise InputError(f"host.cuda_graph_trace graph needs schema {', '.join(GRAPH_TRACE_DDL)} (the release whose "
+                         f"export DDL of CUPTI_ACTIVITY_KIND_GRAPH_TRACE we hold); schema {schema} has none")
     if path.exists():
         path.unlink()
     con = sqlite3.connect(path)
     con.executescript(_ddl(schema, payloads))
+    if graphs:
+        con.executescript(resources.files("perfdoctor.synth").joinpath("ddl", GRAPH_TRACE_DDL[schema]).read_text())
     sid = _Strings()
     spec_names = [(sid(s.short), sid(s.demangled), sid(s.mangled)) for s in table.specs]
     spec_arr = np.asarray(spec_names, dtype=np.int64).reshape(-1, 3)
@@ -164,6 +175,9 @@ def write_trace(
             main = global_tid(proc.pid, proc.pid)
             k = rec.kernel_arrays()
             ops = rec.op_arrays()
+            if graphs:
+                _write_graph_trace(con, k, proc.local_rank, gp, offset_ns)
+                k = {col: v[k["graph"] == 0] for col, v in k.items()}
             spec = k["spec"]
             n = len(spec)
             start = k["start"] - offset_ns
@@ -204,6 +218,7 @@ def write_trace(
                 "maxPotentialClusterSize": 0,
                 "maxActiveClusters": 0,
                 "tensorSizeMinusOneElements": "[]",
+                "graphNodeId": [None if x == 0 else int(x) for x in k["node"][order]],
             }
             _insert(con, "CUPTI_ACTIVITY_KIND_KERNEL", n, kv)
             names = [sid(x) for x in rec.r_name]
@@ -261,6 +276,32 @@ def write_trace(
         _write_meta(con, schema, procs, gpu, offset_ns, t_min or 0, t_max or 0, capture_command, node, payloads)
         _insert(con, "StringIds", len(sid.ids), {"id": list(sid.ids.values()), "value": list(sid.ids.keys())})
     con.close()
+
+
+def _write_graph_trace(con: sqlite3.Connection, k: dict[str, np.ndarray], device: int, gp: int, offset_ns: int) -> None:
+    """One CUPTI_ACTIVITY_KIND_GRAPH_TRACE row per graph replay (the kernels sharing a graph launch's
+    correlationId): from its first node's start to its last node's end, on the stream it was launched to."""
+    mine = k["graph"] > 0
+    corr, first = np.unique(k["corr"][mine], return_index=True)
+    inverse = np.unique(k["corr"][mine], return_inverse=True)[1]
+    start = np.full(corr.size, np.iinfo(np.int64).max)
+    end = np.zeros(corr.size, dtype=np.int64)
+    np.minimum.at(start, inverse, k["start"][mine])
+    np.maximum.at(end, inverse, k["end"][mine])
+    order = np.argsort(start, kind="stable")
+    graph = k["graph"][mine][first]
+    _insert(con, "CUPTI_ACTIVITY_KIND_GRAPH_TRACE", corr.size, {
+        "start": (start[order] - offset_ns).tolist(),
+        "end": (end[order] - offset_ns).tolist(),
+        "deviceId": device,
+        "contextId": 1,
+        "greenContextId": 0,
+        "streamId": k["stream"][mine][first][order].tolist(),
+        "correlationId": corr[order].tolist(),
+        "globalPid": gp,
+        "graphId": graph[order].tolist(),
+        "graphExecId": graph[order].tolist(),
+    })
 
 
 def _write_memory_ops(con: sqlite3.Connection, rec: RankRecorder, device: int, gp: int, offset_ns: int) -> None:

@@ -1,0 +1,88 @@
+"""CUDA graph replays traced as whole graphs (nsys' default ``--cuda-graph-trace=graph``, DESIGN §3).
+
+In that mode nsys does not record the kernels of a replayed graph: each replay is one row of
+``CUPTI_ACTIVITY_KIND_GRAPH_TRACE`` (start, end, device, stream, graphId, graphExecId, and the
+correlationId of the ``cudaGraphLaunch`` call that issued it; new in 2024.2, research/nsys_schema.md §3.5).
+Ignoring the table reads a 99 %-busy graphed run as mostly idle and invents launch-bound gaps.
+
+A replay joins the Timeline's ``kernels`` table as one kernel-like row: the device is busy for its
+whole duration, host gaps cannot fall inside it, and its launch call is found through the correlation id
+like any kernel's, so every interval measurement (busy, compute, exposed comm, host gaps, steps) stays
+correct without a second code path. Its name, ``[CUDA graph <graphId> replay]`` (``GRAPH_REPLAY``),
+matches no taxonomy row, so it counts as compute: the table does not say which kernels a graph holds,
+and an NCCL kernel captured into a graph is counted as compute too. Measurements that need each
+kernel's identity (kernel mix, GEMM share, launch statistics, LayerNorm blocking) are unknown while
+replays hide kernels (perfdoctor.measure.graphs), and the loader warns how to capture them
+(``--cuda-graph-trace=node``, where graph kernels are ordinary kernel rows sharing the launch's
+correlation id).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from perfdoctor.load.sqlite_export import SqliteExport
+
+GRAPH_TABLE = "CUPTI_ACTIVITY_KIND_GRAPH_TRACE"
+GRAPH_REPLAY = re.compile(r"^\[CUDA graph -?\d+ replay\]$")
+NS_PER_MS = 1e6
+
+
+def replay_name(graph_id: int) -> str:
+    return f"[CUDA graph {graph_id} replay]"
+
+
+def with_graph_replays(db: SqliteExport, kernels: pd.DataFrame, warnings: list[str]) -> pd.DataFrame:
+    """``kernels`` plus one row per graph replay of the export (sorted by start, as the loader keeps
+    kernels); unchanged when the export has no graph trace. Appends the capture-mode warning."""
+    import pandas as pd
+
+    wanted = {"start": "start", "end": "end", "device_id": "deviceId", "stream": "streamId",
+              "correlation_id": "correlationId", "global_pid": "globalPid", "graph_id": "graphId"}
+    if not db.has(GRAPH_TABLE) or any(not db.has(GRAPH_TABLE, col) for col in wanted.values()):
+        return kernels
+    raw = db.read(GRAPH_TABLE, wanted)
+    if not len(raw):
+        return kernels
+    rows = {c: raw[c].fillna(-1).to_numpy(dtype=np.int64) for c in wanted}
+    graph_ids = rows.pop("graph_id")
+    uniq, inverse = np.unique(graph_ids, return_inverse=True)
+    categories = pd.Index(np.array([replay_name(int(g)) for g in uniq], dtype=object), dtype=object)
+    names = pd.Categorical.from_codes(inverse.astype(np.int32), categories=categories)
+    replays = pd.DataFrame({**rows, **{c: np.full(len(raw), -1, dtype=np.int64) for c in kernels.columns
+                                       if c not in rows and c not in ("short_name", "demangled_name")}})
+    replays["short_name"] = names
+    replays["demangled_name"] = names
+    total_ms = float((rows["end"] - rows["start"]).sum()) / NS_PER_MS
+    warnings.append(
+        f"{len(raw)} CUDA graph replays ({total_ms:,.1f} ms of GPU time, {uniq.size} graphs) were traced "
+        "as whole graphs (nsys --cuda-graph-trace=graph, the default): they count as busy compute, but the kernels "
+        "inside them were not captured, so kernel mix, GEMM share, launch statistics and LayerNorm blocking are "
+        "unknown; capture with `nsys profile --cuda-graph-trace=node` to see each kernel")
+    if not len(kernels):
+        merged = replays[[c for c in kernels.columns]] if len(kernels.columns) else replays
+    else:
+        merged = pd.concat([kernels, replays[kernels.columns]], ignore_index=True)
+        for col in ("short_name", "demangled_name"):
+            merged[col] = pd.api.types.union_categoricals([kernels[col], replays[col]], ignore_order=True)
+    start = merged["start"].to_numpy()
+    return merged.iloc[np.argsort(start, kind="stable")].reset_index(drop=True)
+
+
+def replay_mask(kernels: pd.DataFrame) -> np.ndarray:
+    """Rows of ``kernels`` that are whole-graph replays (not kernels)."""
+    names = kernels["short_name"]
+    if not len(names):
+        return np.zeros(0, dtype=bool)
+    cats = names.cat.categories
+    is_replay = np.fromiter((bool(GRAPH_REPLAY.match(str(c))) for c in cats), dtype=bool, count=len(cats))
+    if not is_replay.any():
+        return np.zeros(len(names), dtype=bool)
+    codes = names.cat.codes.to_numpy()
+    return is_replay[codes] & (codes >= 0)

@@ -1,0 +1,58 @@
+"""CUDA graphs: does the run replay graphs, and how much of the GPU's time do whole-graph replays hide?
+
+``graphs.launches_per_step`` counts ``cudaGraphLaunch`` calls per step (median over steps): in either
+nsys graph-trace mode it says the run already uses CUDA graphs (so graph capture is no advice for it).
+``graphs.replay_fraction`` is the share of the step covered by graph replays traced as whole graphs
+(``--cuda-graph-trace=graph``, perfdoctor.load.graph_trace): there the kernels inside are unknown, so the
+measurements that need each kernel's identity are unknown too (``HIDDEN_BY_REPLAYS`` → None) instead of
+reading a replay as one slow "other" kernel (no GEMM share, one long kernel per layer).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from perfdoctor.load.graph_trace import replay_mask
+from perfdoctor.measure import intervals as iv
+from perfdoctor.measure.kernel_mix import FAMILIES, UNFUSED_KINDS
+from perfdoctor.measure.steps import Steps
+from perfdoctor.model import Timeline
+
+GRAPH_LAUNCH = "cudaGraphLaunch"
+HIDDEN_BY_REPLAYS: tuple[str, ...] = (
+    "kernels.count_per_step", "kernels.gemm_fraction", "kernels.median_us", "host.short_kernel_fraction",
+    "host.launch_call_us", "host.launch_interval_us", "ln.blocked_count", "ln.blocked_ms",
+    *(f"kernels.{f}_fraction" for f in FAMILIES), "kernels.unfused_ms",
+    *(f"kernels.unfused.{kind}_ms" for kind in UNFUSED_KINDS), "moe.expert_gemm_launches",
+)
+
+
+def graph_metrics(tl: Timeline, steps: Steps) -> dict[str, Any]:
+    """``graphs.*`` of one timeline, plus None for every metric whole-graph replays make unknown."""
+    if not len(steps):
+        return {}
+    durations = steps.durations.astype(np.float64)
+    launches = np.sort(tl.api["start"].to_numpy()[_graph_launches(tl.api["name"])]) if len(tl.api) else \
+        np.zeros(0, dtype=np.int64)
+    per_step = np.searchsorted(launches, steps.ends) - np.searchsorted(launches, steps.starts)
+    out: dict[str, Any] = {"graphs.launches_per_step": float(np.median(per_step))}
+    replays = replay_mask(tl.kernels)
+    if not replays.any():
+        out["graphs.replay_fraction"] = 0.0
+        return out
+    k = tl.kernels
+    covered = iv.overlap_per_interval(steps.starts, steps.ends,
+                                      iv.union(k["start"].to_numpy()[replays], k["end"].to_numpy()[replays]))
+    safe = np.where(durations > 0, durations, np.nan)
+    out["graphs.replay_fraction"] = float(np.nanmedian(covered / safe))
+    return out | dict.fromkeys(HIDDEN_BY_REPLAYS)
+
+
+def _graph_launches(names: Any) -> np.ndarray:
+    """Rows of the CUDA API table that launch a graph (``cudaGraphLaunch``, version suffix stripped)."""
+    cats = names.cat.categories
+    hit = np.fromiter((str(c).startswith(GRAPH_LAUNCH) for c in cats), dtype=bool, count=len(cats))
+    codes = names.cat.codes.to_numpy()
+    return hit[codes] & (codes >= 0)

@@ -1,0 +1,48 @@
+"""The work a timeline's steps held: launches and GPU time of each compute kernel, for ``perfdoctor diff``.
+
+A capture cut by time (``nsys --duration``, a fixed 300 ms window) holds whatever work fitted into it:
+a faster run fits more transformer layers. Per-window totals then compare window lengths, not runs.
+What the window did is countable, though: how many times each compute kernel ran. Weighted by how long
+that kernel takes in one of the two runs, these counts give the work of each window in a common unit
+(ms of that run's kernel time), and the time per unit of work compares the runs however much work each
+window held (perfdoctor.diff_basis). Communication kernels are left out: their length is mostly
+waiting, not work.
+
+The counts cover the timeline's steps (the whole window when there are none), so the unit also
+tells when a step of one run holds more work than a step of the other.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from perfdoctor.classify.timeline import category_mask
+from perfdoctor.measure.steps import Steps
+
+# Kernel names kept per timeline, by GPU time: the long tail of tiny kernels adds nothing to the work.
+MAX_NAMES = 400
+
+
+def kernel_work(kernels: pd.DataFrame, kcls: pd.DataFrame, steps: Steps) -> dict[str, Any] | None:
+    """``{"span_ns", "steps", "kernels": {name: [launches, ns]}}`` of the compute kernels that start
+    inside the steps; None without any."""
+    if not len(steps) or not len(kernels):
+        return None
+    start = kernels["start"].to_numpy()
+    compute = ~category_mask(kcls, "comm")
+    # Steps are sorted and disjoint: a kernel is inside one when it starts before that step's end.
+    i = np.searchsorted(steps.starts, start, side="right") - 1
+    inside = compute & (i >= 0) & (start < steps.ends[np.maximum(i, 0)])
+    if not inside.any():
+        return None
+    codes = kernels["short_name"].cat.codes.to_numpy()[inside]
+    names = kernels["short_name"].cat.categories
+    dur = (kernels["end"].to_numpy()[inside] - start[inside]).astype(np.float64)
+    counts = np.bincount(codes, minlength=len(names))
+    ns = np.bincount(codes, weights=dur, minlength=len(names))
+    order = [j for j in np.argsort(-ns, kind="stable")[:MAX_NAMES] if counts[j]]
+    return {"span_ns": int(steps.durations.sum()), "steps": len(steps),
+            "kernels": {str(names[j]): [int(counts[j]), int(round(ns[j]))] for j in order}}
