@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from perfdoctor.errors import InputError
+from perfdoctor.synth.kineto_writer import write_kineto
 from perfdoctor.synth.scenario import Scenario, load_scenario, scenario_from_dict
 from perfdoctor.synth.simulate import config_mark, simulate
 from perfdoctor.synth.truth import rank_truth
-from perfdoctor.synth.kineto_writer import write_kineto
 from perfdoctor.synth.writer import SCHEMAS, SESSION_UTC_NS, ProcessOut, write_trace
 
 TRUTH_FORMAT = "perfdoctor-synth-truth/1"
