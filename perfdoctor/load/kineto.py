@@ -69,17 +69,19 @@ DTYPE_BYTES = {"float": 4, "float32": 4, "half": 2, "float16": 2, "bfloat16": 2,
                "bool": 1, "float8_e4m3fn": 1, "float8_e5m2": 1}
 
 
-class _Args(msgspec.Struct):
-    """The ``args`` fields perfdoctor uses; msgspec skips every other key without building it."""
+class _Args(msgspec.Struct, frozen=True):
+    """The ``args`` fields perfdoctor uses, typed so that msgspec converts them in C; every other key is
+    skipped without being built. Kineto writes these as integers in every version seen; a file that does
+    not is refused as not a Kineto trace."""
 
-    correlation: Any = None
-    stream: Any = None
-    device: Any = None
-    grid: Any = None
-    block: Any = None
-    nbytes: Any = msgspec.field(default=None, name="bytes")
+    correlation: int = -1
+    stream: int = -1
+    device: int = -1
+    grid: tuple[int, int, int] = (-1, -1, -1)
+    block: tuple[int, int, int] = (-1, -1, -1)
+    nbytes: int = msgspec.field(default=-1, name="bytes")
     name: Any = None  # metadata events: process / thread names
-    labels: Any = None
+    # Only NCCL kernels carry these (recent PyTorch): loosely typed, they are few.
     pg_name: Any = msgspec.field(default=None, name="Process Group Name")
     pg_desc: Any = msgspec.field(default=None, name="Process Group Description")
     group_size: Any = msgspec.field(default=None, name="Group size")
@@ -88,15 +90,18 @@ class _Args(msgspec.Struct):
     dtype: Any = None
 
 
-class _Event(msgspec.Struct):
-    ph: Any = None
-    cat: Any = None
-    name: Any = None
-    pid: Any = None
-    tid: Any = None
-    ts: Any = None
-    dur: Any = None
-    args: _Args | None = None
+_NO_ARGS = _Args()
+
+
+class _Event(msgspec.Struct, frozen=True):
+    ph: str = ""
+    cat: str = ""
+    name: str = ""
+    pid: int | str = -1
+    tid: int | str = -1
+    ts: float = 0.0
+    dur: float = 0.0
+    args: _Args = _NO_ARGS
 
 
 class _Top(msgspec.Struct):
@@ -182,20 +187,25 @@ def _stream(path: Path) -> Iterator[_Top | list[_Event]]:
             yield _TOP.decode(buf[:match.start()] + b'"traceEvents": []}')
         except msgspec.MsgspecError:
             raise _NotSplittable from None
-        buf = buf[match.end():]
+        # The buffer always starts with "[": at a cut, the boundary's comma becomes "]" and msgspec decodes
+        # the buffer up to it in place, without copying the chunk.
+        buf = bytearray(b"[") + buf[match.end():]
         while True:
             block = _read(stream, path)
             buf += block
             cut = buf.rfind(EVENT_BOUNDARY)
             if cut >= 0 and block:
+                comma = cut + len(EVENT_BOUNDARY) - 1
+                buf[comma] = ord("]")
                 try:
-                    events = _EVENTS.decode(b"[" + buf[:cut + len(EVENT_BOUNDARY) - 1] + b"]")
+                    with memoryview(buf) as view:
+                        events = _EVENTS.decode(view[:comma + 1])
                 except msgspec.MsgspecError:
                     raise _NotSplittable from None
                 yield events
-                buf = buf[cut + len(EVENT_BOUNDARY):]
+                buf = bytearray(b"[") + buf[comma + 1:]
             elif not block:
-                yield _decode(_TOP, b'{"traceEvents": [' + buf, path)
+                yield _decode(_TOP, b'{"traceEvents": ' + bytes(buf), path)
                 return
 
 
@@ -228,7 +238,7 @@ class _Columns:
 
 @dataclass
 class _Collector:
-    """What the events of one file say, accumulated chunk by chunk."""
+    """What the events of one file say, accumulated chunk by chunk as numpy columns."""
 
     path: Path
     base_us: float | None = None
@@ -236,103 +246,101 @@ class _Collector:
     cols: _Columns = field(default_factory=_Columns)
     process_names: dict[int, str] = field(default_factory=dict)
     thread_names: dict[tuple[int, int], str] = field(default_factory=dict)
-    host_pids: dict[int, int] = field(default_factory=dict)  # CPU pid → events (the busiest is the rank's)
     pg: bool = False
 
-    def code(self, text: Any) -> int:
-        text = text if isinstance(text, str) else ("" if text is None else str(text))
-        code = self.names.get(text)
-        if code is None:
-            code = self.names[text] = len(self.names)
-        return code
+    def codes(self, texts: list[str]) -> list[int]:
+        names = self.names
+        out = []
+        for text in texts:
+            code = names.get(text)
+            if code is None:
+                code = names[text] = len(names)
+            out.append(code)
+        return out
 
-    def times(self, events: list[_Event]) -> tuple[list[float], list[float]]:
-        ts = [_number(e.ts) for e in events]
-        dur = [max(_number(e.dur), 0.0) for e in events]
-        if self.base_us is None and ts:
-            self.base_us = float(np.floor(min(ts)))
-        return ts, dur
+    def optional_codes(self, texts: list[Any]) -> list[int]:
+        """Codes of values that may be missing (−1) or not strings (their text)."""
+        return [-1 if t is None else c for t, c in zip(texts, self.codes([str(t) for t in texts]))]
+
+    def times(self, prefix: str, events: list[_Event]) -> None:
+        ts = np.fromiter((e.ts for e in events), dtype=np.float64, count=len(events))
+        if self.base_us is None and ts.size:
+            self.base_us = float(np.floor(ts.min()))
+        self.cols.add(f"{prefix}.ts", ts, np.float64)
+        self.cols.add(f"{prefix}.dur", np.fromiter((e.dur for e in events), dtype=np.float64, count=len(events)),
+                      np.float64)
 
     def add(self, events: list[_Event]) -> None:
         by_kind: dict[str, list[_Event]] = {}
         for e in events:
             if e.ph == "X":
-                cat = e.cat
-                kind = ("kernel" if cat == "kernel" else "memcpy" if cat == "gpu_memcpy" else
-                        "memset" if cat == "gpu_memset" else "api" if cat in API_CATEGORIES else
-                        "range" if cat in RANGE_CATEGORIES else None)
+                kind = _KIND.get(e.cat)
                 if kind:
                     by_kind.setdefault(kind, []).append(e)
-            elif e.ph == "M" and e.args is not None and isinstance(e.args.name, str):
-                pid, tid = _int(e.pid), _int(e.tid)
-                if e.name == "process_name" and pid is not None:
-                    self.process_names[pid] = e.args.name
-                elif e.name == "thread_name" and pid is not None and tid is not None:
-                    self.thread_names[(pid, tid)] = e.args.name.strip()
+            elif e.ph == "M" and isinstance(e.args.name, str) and isinstance(e.pid, int):
+                if e.name == "process_name":
+                    self.process_names[e.pid] = e.args.name
+                elif e.name == "thread_name" and isinstance(e.tid, int):
+                    self.thread_names[(e.pid, e.tid)] = e.args.name.strip()
         for kind, rows in by_kind.items():
             getattr(self, f"_{kind}")(rows)
 
     def _device_common(self, prefix: str, rows: list[_Event]) -> list[_Args]:
-        args = [e.args or _Args() for e in rows]
-        ts, dur = self.times(rows)
-        self.cols.add(f"{prefix}.ts", ts, np.float64)
-        self.cols.add(f"{prefix}.dur", dur, np.float64)
-        self.cols.add(f"{prefix}.stream", [_int(a.stream, _int(e.tid, -1)) for a, e in zip(args, rows)], np.int64)
-        self.cols.add(f"{prefix}.device", [_int(a.device, _int(e.pid, -1)) for a, e in zip(args, rows)], np.int64)
-        self.cols.add(f"{prefix}.corr", [_int(a.correlation, -1) for a in args], np.int64)
+        args = [e.args for e in rows]
+        n = len(rows)
+        self.times(prefix, rows)
+        self.cols.add(f"{prefix}.stream", np.fromiter((a.stream for a in args), np.int64, n), np.int64)
+        device = np.fromiter((a.device for a in args), np.int64, n)
+        if (device < 0).any():  # older traces: the GPU is the event's pid
+            device = np.where(device >= 0, device, [e.pid if isinstance(e.pid, int) else -1 for e in rows])
+        self.cols.add(f"{prefix}.device", device, np.int64)
+        self.cols.add(f"{prefix}.corr", np.fromiter((a.correlation for a in args), np.int64, n), np.int64)
         return args
 
     def _kernel(self, rows: list[_Event]) -> None:
         args = self._device_common("kernel", rows)
-        self.cols.add("kernel.name", [self.code(e.name) for e in rows], np.int64)
-        for axis, key in ((0, "x"), (1, "y"), (2, "z")):
-            self.cols.add(f"kernel.grid_{key}", [_dim(a.grid, axis) for a in args], np.int64)
-            self.cols.add(f"kernel.block_{key}", [_dim(a.block, axis) for a in args], np.int64)
-        named = [a.pg_name is not None or a.pg_desc is not None for a in args]
-        self.pg = self.pg or any(named)
-        self.cols.add("kernel.pg_name", [self.code(a.pg_name) if a.pg_name is not None else -1 for a in args],
-                      np.int64)
-        self.cols.add("kernel.pg_desc", [self.code(a.pg_desc) if a.pg_desc is not None else -1 for a in args],
-                      np.int64)
-        self.cols.add("kernel.pg_size", [_int(a.group_size, -1) for a in args], np.int64)
-        self.cols.add("kernel.msg_bytes", [_message_bytes(a) for a in args], np.int64)
+        self.cols.add("kernel.name", self.codes([e.name for e in rows]), np.int64)
+        self.cols.add("kernel.grid", np.array([a.grid for a in args], dtype=np.int64).reshape(-1, 3), np.int64)
+        self.cols.add("kernel.block", np.array([a.block for a in args], dtype=np.int64).reshape(-1, 3), np.int64)
+        named = [i for i, a in enumerate(args) if a.pg_name is not None or a.pg_desc is not None]
+        pg_name, pg_desc = np.full(len(rows), -1, np.int64), np.full(len(rows), -1, np.int64)
+        size, nbytes = np.full(len(rows), -1, np.int64), np.full(len(rows), -1, np.int64)
+        if named:
+            self.pg = True
+            picked = [args[i] for i in named]
+            pg_name[named] = self.optional_codes([a.pg_name for a in picked])
+            pg_desc[named] = self.optional_codes([a.pg_desc for a in picked])
+            size[named] = [a.group_size if type(a.group_size) is int else -1 for a in picked]
+            nbytes[named] = _message_bytes(picked)
+        for name, column in (("pg_name", pg_name), ("pg_desc", pg_desc), ("pg_size", size), ("msg_bytes", nbytes)):
+            self.cols.add(f"kernel.{name}", column, np.int64)
 
     def _memcpy(self, rows: list[_Event]) -> None:
         args = self._device_common("memcpy", rows)
-        self.cols.add("memcpy.bytes", [_int(a.nbytes, -1) for a in args], np.int64)
+        self.cols.add("memcpy.bytes", np.fromiter((a.nbytes for a in args), np.int64, len(args)), np.int64)
         self.cols.add("memcpy.kind", [_copy_kind(e.name) for e in rows], np.int64)
 
     def _memset(self, rows: list[_Event]) -> None:
         args = self._device_common("memset", rows)
-        self.cols.add("memset.bytes", [_int(a.nbytes, -1) for a in args], np.int64)
+        self.cols.add("memset.bytes", np.fromiter((a.nbytes for a in args), np.int64, len(args)), np.int64)
 
     def _host(self, prefix: str, rows: list[_Event]) -> None:
-        ts, dur = self.times(rows)
-        pids = [_int(e.pid, -1) for e in rows]
-        for pid in pids:
-            self.host_pids[pid] = self.host_pids.get(pid, 0) + 1
-        self.cols.add(f"{prefix}.ts", ts, np.float64)
-        self.cols.add(f"{prefix}.dur", dur, np.float64)
-        self.cols.add(f"{prefix}.pid", pids, np.int64)
-        self.cols.add(f"{prefix}.tid", [_int(e.tid, 0) for e in rows], np.int64)
-        self.cols.add(f"{prefix}.name", [self.code(e.name) for e in rows], np.int64)
+        self.times(prefix, rows)
+        self.cols.add(f"{prefix}.pid", [e.pid if isinstance(e.pid, int) else -1 for e in rows], np.int64)
+        self.cols.add(f"{prefix}.tid", [e.tid if isinstance(e.tid, int) else 0 for e in rows], np.int64)
+        self.cols.add(f"{prefix}.name", self.codes([e.name for e in rows]), np.int64)
 
     def _api(self, rows: list[_Event]) -> None:
         self._host("api", rows)
-        self.cols.add("api.corr", [_int((e.args or _Args()).correlation, -1) for e in rows], np.int64)
+        self.cols.add("api.corr", np.fromiter((e.args.correlation for e in rows), np.int64, len(rows)), np.int64)
         self.cols.add("api.driver", [e.cat == "cuda_driver" for e in rows], np.int64)
 
     def _range(self, rows: list[_Event]) -> None:
         self._host("range", rows)
 
 
-def _number(value: Any) -> float:
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return 0.0
+_KIND = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset",
+         **dict.fromkeys(API_CATEGORIES, "api"), **dict.fromkeys(RANGE_CATEGORIES, "range")}
 
 
 def _int(value: Any, default: int | None = None) -> int | None:
@@ -347,17 +355,12 @@ def _int(value: Any, default: int | None = None) -> int | None:
     return default
 
 
-def _dim(value: Any, axis: int) -> int:
-    if isinstance(value, list) and len(value) > axis:
-        return _int(value[axis], -1) or 0
-    return -1
-
-
-def _message_bytes(args: _Args) -> int:
-    """Bytes a collective moves per rank (the larger of its in/out messages), or −1 if not recorded."""
-    nelems = max(_int(args.in_nelems, -1) or -1, _int(args.out_nelems, -1) or -1)
-    width = DTYPE_BYTES.get(str(args.dtype).lower()) if args.dtype is not None else None
-    return nelems * width if nelems >= 0 and width else -1
+def _message_bytes(args: list[_Args]) -> np.ndarray:
+    """Bytes each collective moves per rank (the larger of its in/out messages), −1 where not recorded."""
+    nelems = np.maximum([a.in_nelems if type(a.in_nelems) is int else -1 for a in args],
+                        [a.out_nelems if type(a.out_nelems) is int else -1 for a in args])
+    width = np.array([DTYPE_BYTES.get(str(a.dtype).lower(), -1) for a in args])
+    return np.where((nelems >= 0) & (width > 0), nelems * width, -1)
 
 
 def _copy_kind(name: Any) -> int:
@@ -425,14 +428,17 @@ def _build(c: _Collector, meta: dict[str, Any]) -> tuple[TraceInfo, list[Timelin
         start = np.rint((ts - base_us) * 1000.0).astype(np.int64) + int(base_us) * 1000
         return start, start + np.rint(dur * 1000.0).astype(np.int64)
 
-    host_pid = max(c.host_pids, key=lambda p: c.host_pids[p]) if c.host_pids else 0
+    pids, counts = np.unique(np.concatenate([c.cols.get("api.pid", np.int64), c.cols.get("range.pid", np.int64)]),
+                             return_counts=True)
+    real = pids >= 0
+    pids, counts = pids[real], counts[real]
+    host_pid = int(pids[np.argmax(counts)]) if pids.size else 0  # the process that launched the most
     gpid = (host_pid & ID_MASK) << TID_BITS
     # The profiler records no Python garbage collection: device idle time it causes looks launch-bound.
     warnings: list[str] = ["PyTorch profiler traces do not record Python garbage collection: device idle time "
                            "caused by GC pauses is counted as launch-bound"]
-    if len([p for p in c.host_pids if p >= 0]) > 1:
-        warnings.append(f"events of {len(c.host_pids)} host processes; CUDA calls and ranges of pid {host_pid} "
-                        "are used")
+    if pids.size > 1:
+        warnings.append(f"events of {pids.size} host processes; CUDA calls and ranges of pid {host_pid} are used")
 
     def host_table(prefix: str) -> pd.DataFrame:
         start, end = ns(prefix)
@@ -514,12 +520,12 @@ def _kernels(c: _Collector, ns: Any, strings: np.ndarray, gpid: int) -> pd.DataF
 
     start, end = ns("kernel")
     names = c.cols.get("kernel.name", np.int64)
+    dims = {kind: c.cols.get(f"kernel.{kind}", np.int64).reshape(-1, 3) for kind in ("grid", "block")}
     frame = pd.DataFrame({
         "start": start, "end": end, "stream": c.cols.get("kernel.stream", np.int64),
         "correlation_id": c.cols.get("kernel.corr", np.int64),
         "launch_type": np.zeros(start.size, dtype=np.int64),  # Kineto does not record cooperative launches
-        **{f"{kind}_{axis}": c.cols.get(f"kernel.{kind}_{axis}", np.int64)
-           for kind in ("grid", "block") for axis in ("x", "y", "z")},
+        **{f"{kind}_{axis}": dims[kind][:, i] for kind in ("grid", "block") for i, axis in enumerate("xyz")},
         "short_name": _categorical(names, strings, short_kernel_name),
         "demangled_name": _categorical(names, strings),
         "device_id": c.cols.get("kernel.device", np.int64),
