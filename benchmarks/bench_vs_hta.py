@@ -51,9 +51,9 @@ tb = ta.get_temporal_breakdown(visualize=False)
 ov = ta.get_comm_comp_overlap(visualize=False)
 out = {}
 for _, row in tb.iterrows():
-    out[str(int(row["rank"]))] = {"kernel_time_us": float(row["kernel_time(us)"]), "idle_us": float(row["idle_time(us)"]),
-                                  "compute_us": float(row["compute_time(us)"]),
-                                  "non_compute_us": float(row["non_compute_time(us)"])}
+    out[str(int(row["rank"]))] = {
+        "kernel_time_us": float(row["kernel_time(us)"]), "idle_us": float(row["idle_time(us)"]),
+        "compute_us": float(row["compute_time(us)"]), "non_compute_us": float(row["non_compute_time(us)"])}
 col = [c for c in ov.columns if c != "rank"][0]
 for _, row in ov.iterrows():
     out[str(int(row["rank"]))]["comm_overlap"] = float(row[col]) / (100.0 if "pctg" in col else 1.0)
@@ -169,7 +169,8 @@ def main() -> None:
         size = sum(p.stat().st_size for p in paths)
         pd_cmd = [sys.executable, "-m", "perfdoctor", "analyze", *map(str, paths), "--format", "json",
                   "-o", str(work / "report.json")]
-        hta_cmd = [str(hta), "-c", HTA_SCRIPT, json.dumps({str(r): f for r, f in files.items()}), str(work / "hta.json")]
+        ranks = json.dumps({str(r): f for r, f in files.items()})
+        hta_cmd = [str(hta), "-c", HTA_SCRIPT, ranks, str(work / "hta.json")]
         pd_runs, hta_runs = [], []
         for _ in range(args.repeat):
             pd_runs.append(timed(pd_cmd, env))
@@ -240,6 +241,11 @@ def render(results: list[Any], args: argparse.Namespace) -> str:
         "- **Per step.** perfdoctor's report gives medians over `ProfilerStep#N` steps; HTA sums over the window. The "
         "table compares window totals.",
         "- **Compute.** Both: the union of non-communication kernels; copies and fills are neither.",
+        "- **Time resolution.** Newer PyTorch writes nanosecond timestamps (`ts` with three decimals); HTA rounds "
+        "every event inward to whole microseconds (start up, end down: its parser's `round_down_time_stamps`), "
+        "so each event loses up to 2 µs and short kernels can vanish. perfdoctor keeps nanoseconds. This is the "
+        "whole difference on traces with nanosecond timestamps (`hta_nccl_data`); on microsecond traces the "
+        "numbers are identical.",
     ]
     return "\n".join(lines) + "\n"
 
