@@ -203,3 +203,13 @@ def test_cli_synth_writes_kineto(tmp_path: Path) -> None:
     written = [Path(line) for line in proc.stdout.split()]
     assert written and all(p.name.endswith(".pt.trace.json.gz") for p in written)
     assert "traceEvents" in _plain(written[0])
+
+
+def test_memory_snapshot_attaches_to_a_kineto_rank(tmp_path: Path) -> None:
+    """RUN_DIR/memory/rank0.pickle beside rank 0's profiler trace is that rank's snapshot, as for nsys runs."""
+    run_scenario(SCENARIOS / "exposed_dp.yaml", tmp_path, fmt="kineto")
+    (tmp_path / "memory").mkdir()
+    (tmp_path / "memory" / "rank0.pickle").write_bytes((REPO / "tests" / "data" / "torch_profiler_snapshot.pickle")
+                                                       .read_bytes())
+    report = report_dict(api.analyze([tmp_path], timeline_excerpts=False))
+    assert report["metrics"]["ranks"]["0"]["memory.peak_allocated_bytes"] is not None
