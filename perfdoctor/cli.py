@@ -48,6 +48,11 @@ class FailOn(str, Enum):
     low = "low"
 
 
+class SynthFormat(str, Enum):
+    sqlite = "sqlite"
+    kineto = "kineto"
+
+
 class DiffFormat(str, Enum):
     terminal = "terminal"
     json = "json"
@@ -316,11 +321,14 @@ def synth(
     out: Annotated[Path, typer.Option("--out", "-o", help="Directory for the traces and truth files.")],
     seed: Annotated[Optional[int], typer.Option(help="Override the scenario's seed.")] = None,
     schema: Annotated[Optional[str], typer.Option(help="nsys export schema style to write.")] = None,
+    trace_format: Annotated[SynthFormat, typer.Option("--format", help="sqlite: nsys exports; kineto: PyTorch "
+                                                      "profiler traces (one .pt.trace.json.gz per rank).")]
+        = SynthFormat.sqlite,
 ) -> None:
-    """Simulate a Megatron training step and write nsys SQLite traces plus ground-truth JSON."""
+    """Simulate Megatron training steps and write nsys SQLite (or PyTorch profiler) traces plus ground-truth JSON."""
     from perfdoctor.synth import run_scenario
 
-    for path in run_scenario(scenario, out, seed=seed, schema=schema):
+    for path in run_scenario(scenario, out, seed=seed, schema=schema, fmt=trace_format.value):
         typer.echo(str(path))
 
 

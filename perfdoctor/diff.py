@@ -285,6 +285,10 @@ def read_report(path: Path) -> dict[str, Any] | None:
             head = fh.read(64).lstrip()
         if not head.startswith(b"{"):
             return None
+        from perfdoctor.load.kineto import is_kineto
+
+        if is_kineto(path):  # a PyTorch profiler trace: analysed like any other trace
+            return None
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise InputError(f"{path}: not a readable JSON report ({exc})") from None

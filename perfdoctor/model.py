@@ -38,7 +38,7 @@ class TraceInfo:
     """What one input file is: exporter and schema versions, capture settings and environment."""
 
     path: Path
-    format: str  # "nsys-sqlite"
+    format: str  # "nsys-sqlite" | "kineto-json"
     product_version: str | None  # e.g. "2026.2.1.210"
     schema_version: str | None  # EXPORT_SCHEMA_VERSION, e.g. "3.25.0"
     meta_table: str  # META_DATA_EXPORT (>= 2023.4) or EXPORT_META_DATA (<= 2022.4)
@@ -50,6 +50,18 @@ class TraceInfo:
     tables: frozenset[str] = frozenset()
     counts: dict[str, int] = field(default_factory=dict)  # rows per event table, for the summary
     warnings: list[str] = field(default_factory=list)
+    # Parallel sizes the file itself states (a Kineto trace's named process groups: ``{"tp": 4}``), and
+    # the world size it records; merged into the run config below marks and CLI values.
+    config: dict[str, Any] = field(default_factory=dict)
+    world_size: int | None = None
+
+    @property
+    def producer(self) -> str:
+        """Who wrote the file and in which format version, as reports name it."""
+        if self.format == "kineto-json":
+            return f"PyTorch profiler (Kineto) trace, schema {self.schema_version or '?'}"
+        version = f"nsys {self.nsys_version}" if self.nsys_version else "nsys version unknown"
+        return f"{version}, export schema {self.schema_version or '?'}"
 
     @property
     def nsys_version(self) -> str | None:

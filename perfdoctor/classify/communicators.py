@@ -71,3 +71,20 @@ def communicators(tl: Timeline, comm_idx: np.ndarray) -> Communicators:
         of_kernel[comm_idx[mine[hit]]] = codes[row[hit]]
     return Communicators(of_kernel, ids, sizes)
 
+
+
+def process_group_communicators(kernels: pd.DataFrame, comm_idx: np.ndarray) -> Communicators:
+    """Communicators of a PyTorch profiler trace: every NCCL kernel names its process group
+    (``pg_name``) and the group's size (``pg_size``), so each process group is one communicator."""
+    n = len(kernels)
+    of_kernel = np.full(n, -1, dtype=np.int64)
+    names = kernels["pg_name"].to_numpy()[comm_idx]
+    has = np.array([isinstance(x, str) for x in names], dtype=bool)
+    codes, uniques = pd.factorize(pd.Series(names[has], dtype=object))
+    of_kernel[comm_idx[has]] = codes
+    sizes = np.full(len(uniques), -1, dtype=np.int64)
+    pg_size = kernels["pg_size"].to_numpy()[comm_idx[has]]
+    known = pg_size > 0
+    sizes[codes[known]] = pg_size[known]
+    ids = np.arange(len(uniques), dtype=np.uint64)
+    return Communicators(of_kernel, ids, sizes)

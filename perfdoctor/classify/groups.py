@@ -5,7 +5,9 @@ kernels they launched (``label_source`` "nvtx"); then facts of the kernel itself
 Transformer Engine userbuffers kernels exist only for TP comm-GEMM overlap; then NCCL's own NVTX
 payloads (``nccl_payload``, nsys 2026.x exports with blobs): the kernels of one communicator are one
 process group, named by the communicator's size against the run config or by the vote of its kernels'
-guesses; then the name-only fallback of ``group_heuristics`` (streams, launch-order neighbours, the
+guesses; in PyTorch profiler traces, the process group recorded on each NCCL kernel (``kineto_pg``:
+Megatron's group descriptions name the group, other groups are communicators named like NCCL's); then
+the name-only fallback of ``group_heuristics`` (streams, launch-order neighbours, the
 run config). Every label has a confidence (high | medium | low) so a guess is never presented as a
 fact; kernels no source can label stay unlabelled."""
 
@@ -18,7 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from perfdoctor.classify.communicators import Communicators, communicators
+from perfdoctor.classify.communicators import Communicators, communicators, process_group_communicators
 from perfdoctor.classify.group_heuristics import AGREEMENT, CANDIDATES, CONFIDENCE, group_sizes, heuristic_groups
 from perfdoctor.classify.projection import NO_RANGE, enclosing_range, kernel_launch_calls
 from perfdoctor.classify.timeline import category_mask, class_mask
@@ -26,7 +28,7 @@ from perfdoctor.load.labels import labelled, message_codes, parse_label
 from perfdoctor.model import Timeline
 
 GROUPS = (*CANDIDATES, "other")  # a candidate's index is its group code
-SOURCES = ("nvtx", "nccl_payload", "heuristic")
+SOURCES = ("nvtx", "nccl_payload", "heuristic", "kineto_pg")
 # Megatron's finer groups fold into the report's groups: expert-TP is TP traffic, expert-DP is DP
 # traffic; embedding and model-parallel (grad-norm, loss) reductions are small "other" traffic.
 FOLD = {"etp": "tp", "edp": "dp", "embd": "other", "mp": "other"}
@@ -131,23 +133,57 @@ def label_groups(tl: Timeline, kcls: pd.DataFrame, config: dict[str, Any] | None
         _from_nvtx(tl, comm_idx, group)
         source[group >= 0] = SOURCES.index("nvtx")
         confidence[group >= 0] = CONFIDENCE.index("high")
+        named, sure = _from_process_groups(tl, comm_idx, group)
+        pg = (named >= 0) & (group < 0)
+        group[pg], source[pg], confidence[pg] = named[pg], SOURCES.index("kineto_pg"), sure[pg]
         userbuffers = np.flatnonzero(class_mask(kcls, "library", "userbuffers") & (group < 0))
         group[userbuffers] = GROUPS.index("tp")
         source[userbuffers] = SOURCES.index("heuristic")
         confidence[userbuffers] = CONFIDENCE.index("high")  # userbuffers kernels exist only for TP overlap: a fact
         guess, how_sure = heuristic_groups(tl.kernels, kcls, config or {}, group)
-        comms = communicators(tl, comm_idx)
+        comms = communicators(tl, comm_idx) if "pg_name" not in tl.kernels.columns else \
+            process_group_communicators(tl.kernels, comm_idx)
         if comms.ids.size:
             named, sure = _by_communicator(comms, group, guess, tl.kernels, config or {})
             payload = (named >= 0) & (group < 0)
             group[payload] = named[payload]
-            source[payload] = SOURCES.index("nccl_payload")
+            source[payload] = SOURCES.index("nccl_payload" if "pg_name" not in tl.kernels.columns else "kineto_pg")
             confidence[payload] = sure[payload]
         guessed = (guess >= 0) & (group < 0)
         group[guessed] = guess[guessed]
         source[guessed] = SOURCES.index("heuristic")
         confidence[guessed] = how_sure[guessed]
     return GroupLabels(group, source, confidence)
+
+
+def _from_process_groups(tl: Timeline, comm_idx: np.ndarray, group: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Groups named by the process group a Kineto trace records on each NCCL kernel: Megatron's group
+    descriptions (``TENSOR_MODEL_PARALLEL_GROUP``) are facts (high confidence). Without any Megatron
+    description in the trace there is no Megatron parallel state, and the default (world) group is the
+    data-parallel group of plain DDP/FSDP training (medium: an inference from the program's shape).
+    Other groups stay for the communicator vote below."""
+    from perfdoctor.capture.hook.groups import from_description
+
+    n = len(tl.kernels)
+    named = np.full(n, UNLABELLED, dtype=np.int8)
+    sure = np.full(n, UNLABELLED, dtype=np.int8)
+    if "pg_desc" not in tl.kernels.columns or not comm_idx.size:
+        return named, sure
+    desc = tl.kernels["pg_desc"].to_numpy()[comm_idx]
+    codes, uniques = pd.factorize(pd.Series(desc, dtype=object))
+    groups = [from_description(d if isinstance(d, str) else None) for d in uniques]
+    megatron = any(g is not None for g in groups)
+    for i, (d, g) in enumerate(zip(uniques, groups)):
+        if g is None and not megatron and d == "default_pg":
+            g, how_sure = "dp", "medium"
+        else:
+            how_sure = "high"
+        if g is None:
+            continue
+        g = FOLD.get(g, g)
+        mine = comm_idx[(codes == i) & (group[comm_idx] < 0)]
+        named[mine], sure[mine] = GROUPS.index(g), CONFIDENCE.index(how_sure)
+    return named, sure
 
 
 def _tally(codes: np.ndarray, names: tuple[str, ...], dur: np.ndarray) -> dict[str, dict[str, int]]:

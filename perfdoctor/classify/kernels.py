@@ -187,6 +187,22 @@ def signature_head(name: str) -> str:
     return name.removeprefix("void ").lstrip()
 
 
+def short_kernel_name(name: str) -> str:
+    """What nsys calls a kernel's short name: the function alone, without return type, namespaces,
+    template arguments and argument list (``void at::native::vectorized_elementwise_kernel<4, ...>(...)``
+    → ``vectorized_elementwise_kernel``). Kineto traces carry only the demangled signature."""
+    head = signature_head(name)
+    if head.endswith(">"):
+        depth = 0
+        for i in range(len(head) - 1, -1, -1):
+            depth += {">": 1, "<": -1}.get(head[i], 0)
+            if depth == 0:
+                head = head[:i].rstrip()
+                break
+    head = head.replace("(anonymous namespace)::", "")
+    return head.rsplit("::", 1)[-1].split(" ")[-1] or name
+
+
 def rule_index(short_name: str, demangled_name: str | None = None) -> int | None:
     """Index in ``RULES`` of the first rule matching either name, or None: says why a class was given."""
     names = {signature_head(short_name)}

@@ -1,6 +1,7 @@
 """Load every input into one :class:`Run`: timelines with ranks, and the parallel/model config.
 
-Rank of a timeline (DESIGN §2): the capture hook's ``rank`` mark, else the ``RANK``-style variable of
+Rank of a timeline (DESIGN §2): what the file states (a Kineto trace's ``distributedInfo.rank``), the
+capture hook's ``rank`` mark, else the ``RANK``-style variable of
 the captured environment (only meaningful when the file holds a single process), else file order —
 and each timeline records which source was used.
 """
@@ -10,7 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from perfdoctor.load.discover import discover, discover_snapshots
+from perfdoctor.load.discover import KINETO_SUFFIXES, discover, discover_snapshots
+from perfdoctor.load.kineto import load_kineto
 from perfdoctor.load.labels import config_mark, rank_mark
 from perfdoctor.load.memsnap import MemorySnapshot, load_snapshot, rank_from_name
 from perfdoctor.load.nsys import load_export
@@ -25,7 +27,7 @@ def load_run(paths: list[Path], config: dict[str, Any] | None = None) -> Run:
     exports = discover(paths)
     snapshots = [load_snapshot(p) for p in discover_snapshots(paths)]  # small next to traces: fail fast
     for path in exports:
-        info, tls = load_export(path)
+        info, tls = load_kineto(path) if path.name.endswith(KINETO_SUFFIXES) else load_export(path)
         traces.append(info)
         timelines.extend(tls)
     run = Run(traces=traces, timelines=timelines)
@@ -65,6 +67,8 @@ def _assign_ranks(run: Run) -> None:
         per_file[tl.trace.path] = per_file.get(tl.trace.path, 0) + 1
     for tl in run.timelines:
         mark = rank_mark(tl)
+        if tl.rank is not None:  # the file itself says (a Kineto trace's distributedInfo)
+            continue
         if mark and "r" in mark:
             tl.rank, tl.rank_source = mark["r"], "nvtx-mark"
         elif per_file[tl.trace.path] == 1 and (env_rank := _env_rank(tl)) is not None:
@@ -95,6 +99,11 @@ def _merge_config(run: Run, cli: dict[str, Any]) -> None:
             if key not in run.config:
                 run.config[key] = value
                 run.config_sources[key] = "nvtx-mark"
+    for info in run.traces:
+        for key, value in info.config.items():
+            if key not in run.config:
+                run.config[key] = value
+                run.config_sources[key] = f"{info.format}:process-groups"
     for key, value in cli.items():
         if value is not None:
             run.config[key] = value

@@ -61,8 +61,9 @@ def _render(report: Report, title: str | None, top_kernels: int, per_rank: bool)
         out += _details("Top kernels", _kernels(report, top_kernels))
     if report.warnings:
         out += _details(f"Warnings ({len(report.warnings)})", [f"- {md(w)}" for w in report.warnings])
-    inputs = [f"- `{_code_span(str(t.path))}` · nsys {md(t.nsys_version or '?')} · export schema "
-              f"{md(t.schema_version or '?')}" for t in report.run.traces]
+    inputs = [f"- `{_code_span(str(t.path))}` · " + (md(t.producer) if t.format != "nsys-sqlite" else
+              f"nsys {md(t.nsys_version or '?')} · export schema {md(t.schema_version or '?')}")
+              for t in report.run.traces]
     out += _details("Inputs", inputs)
     out.append(f"<sub>perfdoctor {md(report.tool_version)}</sub>")
     return "\n".join(out) + "\n"

@@ -42,9 +42,8 @@ def analysis_progress(console: Console | None = None) -> Iterator[Callable[[int,
 
 def render_terminal(report: Report, console: Console) -> None:
     for info in report.run.traces:
-        version = f"nsys {info.nsys_version}" if info.nsys_version else "nsys version unknown"
-        console.print(Text.assemble(("trace ", "bold"), str(info.path), f"  ({version}, export schema "
-                                    f"{info.schema_version or '?'}, {info.counts.get('kernels', 0):,} kernels)"))
+        console.print(Text.assemble(("trace ", "bold"), str(info.path),
+                                    f"  ({info.producer}, {info.counts.get('kernels', 0):,} kernels)"))
     for dev in report.devices:
         console.print(_device_block(dev, report.metrics["ranks"].get(str(dev.rank), {})))
     if report.findings:

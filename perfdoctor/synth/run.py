@@ -1,7 +1,9 @@
 """`run_scenario`: simulate a scenario and write its traces plus one ground-truth JSON per trace.
 
 Files in `out_dir`: `<name>.rank<r>.sqlite` (layout per_rank) or `<name>.node<k>.sqlite` (per_node, one
-process per rank of that node), each with `<same stem>.truth.json` describing the ranks it holds.
+process per rank of that node), each with `<same stem>.truth.json` describing the ranks it holds. With
+``fmt="kineto"`` each rank is a PyTorch profiler trace `<name>.rank<r>.pt.trace.json.gz` instead (the
+profiler writes one file per process, so the layout is always per rank), with the same truth.
 Ranks of the same pipeline stage share that stage's simulated timeline (they are symmetric in the
 model); each file gets its own session start so cross-file alignment must use utcEpochNs.
 """
@@ -13,11 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from perfdoctor.errors import InputError
+from perfdoctor.synth.kineto_writer import write_kineto
 from perfdoctor.synth.scenario import Scenario, load_scenario, scenario_from_dict
 from perfdoctor.synth.simulate import config_mark, simulate
 from perfdoctor.synth.truth import rank_truth
 from perfdoctor.synth.window import cut_window
-from perfdoctor.synth.writer import SCHEMAS, ProcessOut, write_trace
+from perfdoctor.synth.writer import SCHEMAS, SESSION_UTC_NS, ProcessOut, write_trace
 
 TRUTH_FORMAT = "perfdoctor-synth-truth/1"
 
@@ -64,17 +67,23 @@ def run_scenario(
     *,
     seed: int | None = None,
     schema: str | None = None,
+    fmt: str = "sqlite",
 ) -> list[Path]:
-    """Simulate `scenario` and write its traces into `out_dir`; returns the SQLite paths in rank order."""
+    """Simulate `scenario` and write its traces into `out_dir`; returns the trace paths in rank order.
+    ``fmt``: "sqlite" (nsys exports in ``schema``) or "kineto" (PyTorch profiler traces)."""
     sc = _scenario(scenario)
     seed = sc.run["seed"] if seed is None else seed
     schema = schema or sc.output["schema"]
     if schema not in SCHEMAS:
         raise InputError(f"schema {schema!r} unknown (known: {', '.join(SCHEMAS)})")
+    if fmt not in ("sqlite", "kineto"):
+        raise InputError(f"format {fmt!r} unknown (known: sqlite, kineto)")
+    if fmt == "kineto" and sc.output.get("window_ms"):
+        raise InputError("output.window_ms cuts nsys exports only (--format sqlite)")
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     stages, table, gpu = simulate(sc, seed)
-    per_node = sc.output["layout"] == "per_node"
+    per_node = sc.output["layout"] == "per_node" and fmt == "sqlite"
     gpn = sc.gpu["gpus_per_node"]
     files: dict[str, list[int]] = {}
     for rank in sc.output_ranks():
@@ -103,9 +112,14 @@ def run_scenario(
                 ["-u", "pretrain_gpt.py", f"--tensor-model-parallel-size={sc.parallel['tp']}"],
                 _env(sc, r, r % gpn),
             )
-        path = out_dir / f"{sc.name}.{key}.sqlite"
-        write_trace(path, schema, procs, table, gpu, offset, sc.labels["strings"] == "ascii", node, capture,
-                    sc.host.get("cuda_graph_trace", "node"))
+        if fmt == "kineto":
+            path = out_dir / f"{sc.name}.{key}.pt.trace.json.gz"
+            p = procs[0]
+            write_kineto(path, sc, p.rank, p.local_rank, p.pid, p.recorder, table, gpu, offset, SESSION_UTC_NS + offset)
+        else:
+            path = out_dir / f"{sc.name}.{key}.sqlite"
+            write_trace(path, schema, procs, table, gpu, offset, sc.labels["strings"] == "ascii", node, capture,
+                        sc.host.get("cuda_graph_trace", "node"))
         window = None
         if sc.output.get("window_ms"):
             w0 = stages[sc.stage_of(ranks[0])].step_bounds[0] - offset + int(sc.output["window_start_ms"] * 1e6)
@@ -116,7 +130,7 @@ def run_scenario(
             "scenario": sc.name,
             "description": sc.description,
             "seed": seed,
-            "schema": schema,
+            "schema": schema if fmt == "sqlite" else "kineto",
             "trace": path.name,
             "config": config_mark(sc, gpu),
             "labels": sc.labels,
@@ -132,6 +146,6 @@ def run_scenario(
                 for p in procs
             },
         }
-        path.with_suffix(".truth.json").write_text(json.dumps(truth, indent=1, sort_keys=True) + "\n")
+        (out_dir / f"{sc.name}.{key}.truth.json").write_text(json.dumps(truth, indent=1, sort_keys=True) + "\n")
         written.append(path)
     return written
