@@ -136,6 +136,7 @@ def test_config_from_megatron_process_groups(tmp_path: Path) -> None:
     files = run_scenario(SCENARIOS / "exposed_tp.yaml", tmp_path, fmt="kineto")
     report = report_dict(api.analyze(files, timeline_excerpts=False))
     sc = json.loads(next(tmp_path.glob("*.truth.json")).read_text())["config"]
+    assert report["run"]["framework"]["name"] == "megatron-core"
     for key in ("tp", "dp"):
         if sc[key] > 1:
             assert report["run"]["config"][key] == sc[key]

@@ -7,8 +7,8 @@ Evidence, strongest first; the first that speaks decides, and ``source`` says wh
    of Megatron-LM);
 2. the capture hook's marks: the hook writes parallel-config keys (tp, pp, num_microbatches, ...) and
    ``fwd``/``bwd`` micro-batch ranges only from ``megatron.core``'s parallel state and schedules;
-3. Megatron's own NVTX ranges (``--nvtx-ranges``: ``forward_backward_pipelining...``) and the
-   environment NeMo's launcher sets (``NEMO_*``);
+3. Megatron's own NVTX ranges (``--nvtx-ranges``: ``forward_backward_pipelining...``), Megatron's
+   process-group names in a PyTorch profiler trace, and the environment NeMo's launcher sets (``NEMO_*``);
 4. PyTorch's fingerprints: ATen / Transformer Engine / c10d kernels, ``aten::`` or ``ProfilerStep#``
    NVTX ranges, the launcher's ``TORCHELASTIC_*`` / ``LOCAL_WORLD_SIZE`` environment → ``pytorch``;
 5. nothing → ``unknown`` (an MPI or CUDA application, not a PyTorch program).
@@ -85,6 +85,8 @@ def _from_hook(run: Run) -> tuple[str, str] | None:
 def _from_megatron_traces(run: Run) -> tuple[str, str] | None:
     if _matches(run, MEGATRON_NVTX, "nvtx"):
         return "megatron-core", "Megatron NVTX ranges"
+    if any(info.config for info in run.traces):  # only Megatron's group descriptions fill it (load.kineto)
+        return "megatron-core", "PyTorch profiler process groups (Megatron group names)"
     if _env_has(run, lambda name: name.startswith("NEMO_")):
         return "nemo2", "environment (NEMO_* variables)"
     return None
