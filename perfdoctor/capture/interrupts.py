@@ -5,9 +5,9 @@ half-way through writing a file), it is recorded and the phase decides what it m
 
 ========  ==============================================================================================
 start     checks before anything runs: nothing is launched; the manifest says so; exit 128 + signal.
-training  passed on to the run (see :func:`perfdoctor.capture.launcher`): nsys gets exactly one SIGINT
-          (SIGTERM for SIGTERM), because a second signal, or SIGHUP, makes nsys 2022.4 quit without
-          writing its report; the other processes get every signal as sent. The ``FORCE_AFTER``-th
+training  passed on, as sent and each time, to every process of the run except nsys's own (see
+          :mod:`perfdoctor.capture.launcher`): nsys writes its report once its program has ended, and
+          a second SIGINT or a SIGHUP would make nsys 2022.4 quit without it. The ``FORCE_AFTER``-th
           signal kills the run at once, and its report is lost (said so).
 export    a first SIGINT/SIGHUP lets the export finish (the data is what the user waited for); SIGTERM,
           or any signal after an earlier one, stops the export: its ``nsys export`` is killed and

@@ -13,9 +13,9 @@ Process control, and why:
 
 * The command runs in a session of its own, so a terminal's Ctrl-C reaches perfdoctor alone and is
   forwarded once, on purpose, to every process below it: nsys starts the program in yet another
-  session (``nsys-launcher``), which a process-group signal would miss. nsys then finishes its report:
-  nsys processes get one SIGINT (or SIGTERM), never SIGHUP nor a second signal, which make nsys 2022.4
-  quit without a report.
+  session (``nsys-launcher``), which a process-group signal would miss. nsys itself is never signalled:
+  it writes its report when its program ends, while SIGHUP or a second SIGINT make nsys 2022.4 quit
+  without one (and a SIGINT to nsys reaches its program a second time, cutting its clean-up short).
 * If the run does not end ``KILL_AFTER_S`` seconds after a signal, everything below us is killed.
 * The nsys agent daemon is re-parented to pid 1 and can outlive its CLI; it is found by the CLI's pid
   (every pid seen below us is remembered) and ended, never by name.
@@ -272,7 +272,6 @@ def _run(argv: list[str], env: dict[str, str], interrupts: Interrupts, say: Call
     except OSError as exc:
         raise InputError(f"{argv[0]}: cannot start it ({exc.strerror or exc})") from None
     seen: set[int] = {proc.pid}
-    told_nsys: set[int] = set()
 
     def forward(sig: signal.Signals, count: int) -> None:
         if count >= FORCE_AFTER:
@@ -282,13 +281,9 @@ def _run(argv: list[str], env: dict[str, str], interrupts: Interrupts, say: Call
         if count == 1:
             say(f"{sig.name}: passing it to the training processes; nsys then writes its report, which is exported")
         else:
-            say(f"{sig.name} again: nsys is writing its report; {FORCE_AFTER - count} more kill(s) the run and lose it")
+            say(f"{sig.name} again: passed on; {FORCE_AFTER - count} more kill(s) the run and lose its report")
         for pid in [proc.pid, *descendants(proc.pid)]:
-            if is_nsys(pid):
-                if pid not in told_nsys:
-                    told_nsys.add(pid)
-                    _signal(pid, signal.SIGTERM if sig == signal.SIGTERM else signal.SIGINT)
-            else:
+            if not is_nsys(pid):  # nsys writes its report once its program ends; a signal can only spoil it
                 _signal(pid, sig)
 
     interrupts.enter("training", forward)

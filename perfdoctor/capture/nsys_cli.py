@@ -195,8 +195,8 @@ def _process_parents() -> Iterator[tuple[int, int]]:
 
 
 def is_nsys(pid: int) -> bool:
-    """The process runs an Nsight Systems binary (its name: ``nsys``, ``nsys-launcher``, ``nsys-tee``): it
-    must be signalled once and only with SIGINT/SIGTERM, or it quits without writing its report."""
+    """The process runs an Nsight Systems binary (its name: ``nsys``, ``nsys-launcher``, ``nsys-tee``): one
+    that is not passed the user's signals, or it quits without writing its report."""
     try:
         return Path(f"/proc/{pid}/comm").read_text().startswith("nsys")
     except OSError:
