@@ -36,7 +36,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from perfdoctor.capture import command as launch_command
 from perfdoctor.capture import manifest as run_manifest
@@ -181,6 +180,7 @@ def run_capture(options: CaptureOptions, say: Callable[[str], None] = lambda s: 
     with Interrupts(say) as interrupts:
         preflight.check_command(launch)
         cli = find_nsys(options.nsys)
+        preflight.check_nsys(cli)
         notes = [preflight.check_labels(launch, os.environ, PACKAGE_ROOT)]
         run_dir = prepare_run_dir(options.out, options.force)
         return _capture(options, launch, per_rank, cli, run_dir, notes, interrupts, say)

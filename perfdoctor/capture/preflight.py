@@ -8,7 +8,11 @@
   label is off and the capture cannot be analysed by step or group: refused with exit 2. Which
   interpreter: the program's (``python train.py``), torchrun's (or ``PYTHON_EXEC``), or a script's
   ``#!`` line; for other programs (shell scripts, binaries) it cannot be known, and the check says so.
-* nsys itself was found and answered ``--version`` / ``profile --help`` (:func:`find_nsys`).
+* nsys was found and answered ``--version`` / ``profile --help`` (:func:`find_nsys`), and can turn
+  what it records into a report: in NVIDIA's layout the CLI (``target-linux-x64/nsys``) runs
+  ``host-linux-x64/QdstrmImporter`` at the end; where that is missing (Debian's package without the
+  link scripts/install_nsys.sh makes) nsys exits 0 and leaves only a ``.qdstrm``, which nothing reads.
+  (``nsys status -e`` is not asked: it judges CPU sampling, which capture turns off.)
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from perfdoctor.capture import command as launch_command
+from perfdoctor.capture.nsys_cli import NsysCli
 from perfdoctor.errors import InputError, PerfdoctorError
 
 CHECK_TIMEOUT_S = 120.0
@@ -39,6 +44,17 @@ def check_command(launch: launch_command.Launch) -> None:
     first = (launch.srun or launch.torchrun or launch.program)[0]
     if shutil.which(first) is None:
         raise CommandNotFound(f"{first}: command not found (nothing was started)")
+
+
+def check_nsys(cli: NsysCli) -> None:
+    """InputError when this nsys could record but not write a report (its importer is missing)."""
+    binary = Path(cli.path).resolve()
+    if binary.parent.name != "target-linux-x64":
+        return  # another layout (a wrapper script, a fake): nothing known to check
+    importer = binary.parent.parent / "host-linux-x64" / "QdstrmImporter"
+    if not importer.exists():
+        raise InputError(f"{cli.path}: nsys would record but write no report ({importer} is missing; Debian: "
+                         "run scripts/install_nsys.sh, which links host-linux-x64); nothing was started")
 
 
 def training_python(launch: launch_command.Launch) -> str | None:

@@ -1,12 +1,13 @@
 """A stand-in for the nsys CLI, for launcher tests that must not depend on real nsys's timing.
 
 Does what the launcher relies on and nothing more: ``--version``; ``profile --help`` (options and
-``--trace`` values); ``profile [OPTIONS] PROGRAM...`` runs the program, outlives one SIGINT/SIGTERM until the program ends
-(the launcher signals every process of the run itself; a second signal or SIGHUP ends it without a
-report, as they end nsys 2022.4), writes ``<output>.nsys-rep`` and exits with the program's exit code;
-it names itself ``nsys`` (the process name the launcher knows nsys by); ``export --output=X REPORT`` writes X as SQLite holding what real exports hold
-about the run: the environment block (2022.4 ``StringIds``, NUL-separated), and the environment and
-command line as 2023.4+ ``META_DATA_CAPTURE`` rows. ``%h`` and ``%q{VAR}`` in ``--output`` are substituted.
+``--trace`` values); ``profile [OPTIONS] PROGRAM...`` runs the program, outlives one SIGINT/SIGTERM
+until the program ends (a second signal or SIGHUP ends it without a report, as they end nsys 2022.4),
+writes ``<output>.nsys-rep`` and exits with the program's exit code; ``export --output=X REPORT``
+writes X as SQLite holding what real exports hold about the run: the environment block (2022.4
+``StringIds``, NUL-separated), and the environment and command line as 2023.4+ ``META_DATA_CAPTURE``
+rows. ``%h`` and ``%q{VAR}`` in ``--output`` are substituted. It names itself ``nsys`` (the process
+name the launcher knows nsys by).
 
 Timing knobs for the phase tests (environment of the capture): ``FAKE_NSYS_VERSION_S`` (seconds
 ``--version`` takes: perfdoctor is then still checking, before launch), ``FAKE_NSYS_EXPORT_S`` (seconds

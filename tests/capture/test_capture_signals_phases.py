@@ -3,9 +3,7 @@
 Every phase (before launch, training, export) and the repeated-signal and SIGHUP cases: the exit code is
 the training command's (128 + signal when the capture was interrupted and the command reported success
 or never ran), what was captured is exported or said to be lost, no ``nsys export`` outlives
-perfdoctor, and manifest.json always says ``interrupted`` and which signal. Also the checks that
-refuse a capture before anything runs (missing command: 127; no NVTX in the training Python: 2),
-``--keep-reports no``, and secrets in every file capture writes. Real nsys: tests/e2e/.
+perfdoctor, and manifest.json always says ``interrupted`` and which signal. Real nsys: tests/e2e/.
 """
 
 from __future__ import annotations
@@ -19,8 +17,6 @@ import time
 from pathlib import Path
 
 import pytest
-
-from perfdoctor.capture.hook import nvtx_emit
 
 READY_PROGRAM = ("import signal, sys, time\n{setup}\ntry:\n    print('ready', flush=True)\n    time.sleep(60)\n"
                  "except KeyboardInterrupt:\n    time.sleep({cleanup})\n    sys.exit({on_interrupt})\n")
@@ -162,63 +158,3 @@ def test_sigterm_or_a_second_ctrl_c_stops_the_export_without_orphans(fake_nsys: 
     assert not list(run.glob("*.sqlite")) and not list(run.glob(".*sqlite*"))
     assert [f for f in manifest["files"] if f.endswith(".nsys-rep")]  # the report is kept...
     assert any("export it by hand" in note for note in manifest["notes"])  # ...and the manifest says so
-
-
-def test_a_missing_command_exits_127_at_once(fake_nsys: Path, tmp_path: Path) -> None:
-    began = time.monotonic()
-    proc = capture(fake_nsys, tmp_path / "run", "no-such-training-command", "--lr", "1")
-    _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 127, err
-    assert err.count("\n") == 1 and "no-such-training-command: command not found" in err
-    assert time.monotonic() - began < 20 and not (tmp_path / "run").exists()
-
-
-def test_a_training_python_without_nvtx_is_refused_before_anything_runs(fake_nsys: Path, tmp_path: Path) -> None:
-    blocked = tmp_path / "blocked"
-    (blocked / "nvtx").mkdir(parents=True)
-    (blocked / "nvtx" / "__init__.py").write_text("raise ImportError('nvtx blocked by the test')\n")
-    for library in nvtx_emit._c_libraries():
-        try:
-            __import__("ctypes").CDLL(library)
-        except OSError:
-            continue
-        pytest.skip(f"this machine has the NVTX C library {library}: the hook would use it")
-    marker = tmp_path / "ran"
-    proc = capture(fake_nsys, tmp_path / "run", sys.executable, "-c", f"open({str(marker)!r}, 'w')",
-                   env={"PYTHONPATH": str(blocked)})
-    _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 2, err
-    assert err.count("\n") == 1 and "cannot emit NVTX labels" in err and "perfdoctor[capture]" in err
-    assert not marker.exists() and not (tmp_path / "run").exists()
-
-
-SECRETS = {"MY_API_TOKEN": "tok-fake-0123456", "AWS_SECRET_ACCESS_KEY": "aws-fake-6543210",
-           "NCCL_IB_PASSWD": "ib-fake-4242"}
-
-
-def test_no_file_capture_writes_holds_a_secret(fake_nsys: Path, tmp_path: Path) -> None:
-    """The fake report holds the environment and command line as a real one does; everything but the
-    report is scrubbed, and with --keep-reports no the report goes too."""
-    run = tmp_path / "run"
-    argv = [sys.executable, "-c", "import sys; print(sys.argv)", "--api-key", "xyz-fake-key",
-            "--password=pw-fake-77", "https://bob:url-fake-55@example.com/x"]
-    proc = capture(fake_nsys, run, *argv, options=("--keep-reports", "no"), env=SECRETS)
-    out, err = proc.communicate(timeout=120)
-    assert proc.returncode == 0, err
-    values = [*SECRETS.values(), "xyz-fake-key", "pw-fake-77", "url-fake-55"]
-    files = [p for p in run.rglob("*") if p.is_file()]
-    assert not [p for p in files if p.suffix == ".nsys-rep"]
-    assert {p.suffix for p in files} >= {".sqlite", ".json"}
-    for path in files:
-        data = path.read_bytes()
-        assert not [v for v in values if v.encode() in data], path
-    assert not [v for v in values if v in err]
-    manifest = manifest_of(run)
-    assert manifest["env"]["NCCL_IB_PASSWD"] == "<redacted>" and manifest["capture"]["keep_reports"] is False
-
-
-def test_kept_reports_are_announced_as_unscrubbed(fake_nsys: Path, tmp_path: Path) -> None:
-    proc = capture(fake_nsys, tmp_path / "run", "true")
-    _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 0, err
-    assert "unredacted" in err and "--keep-reports no" in err

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
+import sys
 from pathlib import Path
 
 from perfdoctor.capture.scrub import redact_command, redact_text, scrub_sqlite, secret_values
 from perfdoctor.tuning_env import REDACTED, is_secret, tuning_env
+from tests.capture.test_capture_signals_phases import capture
 
 ENV = {"MY_API_TOKEN": "tok-0123456789", "AWS_SECRET_ACCESS_KEY": "aws-9876543210", "NCCL_IB_PASSWD": "ib-pw-4242",
        "NCCL_ALGO": "Ring", "PATH": "/usr/bin"}
@@ -105,3 +108,35 @@ def test_a_clean_export_is_left_as_it_was(tmp_path: Path) -> None:
     assert scrub_sqlite(raw, clean) == 0
     assert sqlite3.connect(clean).execute("SELECT value FROM StringIds ORDER BY id").fetchall() == [
         ("ncclDevKernel_AllReduce_Sum_f32_RING_LL",), (None,)]
+
+
+FAKE_RUN_ENV = {"MY_API_TOKEN": "tok-fake-0123456", "AWS_SECRET_ACCESS_KEY": "aws-fake-6543210",
+           "NCCL_IB_PASSWD": "ib-fake-4242"}
+
+
+def test_no_file_capture_writes_holds_a_secret(fake_nsys: Path, tmp_path: Path) -> None:
+    """The fake report holds the environment and command line as a real one does; everything but the
+    report is scrubbed, and with --keep-reports no the report goes too."""
+    run = tmp_path / "run"
+    argv = [sys.executable, "-c", "import sys; print(sys.argv)", "--api-key", "xyz-fake-key",
+            "--password=pw-fake-77", "https://bob:url-fake-55@example.com/x"]
+    proc = capture(fake_nsys, run, *argv, options=("--keep-reports", "no"), env=FAKE_RUN_ENV)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    values = [*FAKE_RUN_ENV.values(), "xyz-fake-key", "pw-fake-77", "url-fake-55"]
+    files = [p for p in run.rglob("*") if p.is_file()]
+    assert not [p for p in files if p.suffix == ".nsys-rep"]
+    assert {p.suffix for p in files} >= {".sqlite", ".json"}
+    for path in files:
+        data = path.read_bytes()
+        assert not [v for v in values if v.encode() in data], path
+    assert not [v for v in values if v in err]
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["env"]["NCCL_IB_PASSWD"] == "<redacted>" and manifest["capture"]["keep_reports"] is False
+
+
+def test_kept_reports_are_announced_as_unscrubbed(fake_nsys: Path, tmp_path: Path) -> None:
+    proc = capture(fake_nsys, tmp_path / "run", "true")
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err
+    assert "unredacted" in err and "--keep-reports no" in err
