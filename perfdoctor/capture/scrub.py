@@ -28,7 +28,7 @@ import sqlite3
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
-from perfdoctor.tuning_env import REDACTED, is_secret
+from perfdoctor.tuning_env import REDACTED, SECRET_MARKERS, is_secret
 
 MIN_LITERAL = 6  # shorter known secrets are only hidden by their context: "1" must not vanish from every string
 _NAME = r"[A-Za-z_][\w.-]*"
@@ -116,8 +116,9 @@ def scrub_sqlite(source: Path, target: Path, secrets: Iterable[str] = ()) -> int
             quoted = _quote(table)
             for column in columns:
                 col = _quote(column)
-                changed += db.execute(f"UPDATE {quoted} SET {col} = pd_redact({col}) "
-                                      f"WHERE typeof({col}) = 'text' AND pd_redact({col}) IS NOT NULL").rowcount
+                changed += db.execute(f"UPDATE {quoted} SET {col} = pd_redact({col}) WHERE typeof({col}) = 'text' "
+                                      f"AND ({_candidates(col, literals)}) AND pd_redact({col}) IS NOT NULL",
+                                      literals).rowcount
             if {"name", "value"} <= set(columns):  # name/value tables: a secret name hides its value
                 changed += db.execute(f"UPDATE {quoted} SET value = ? WHERE pd_is_secret(name) AND value IS NOT ?",
                                       (REDACTED, REDACTED)).rowcount
@@ -130,6 +131,15 @@ def scrub_sqlite(source: Path, target: Path, secrets: Iterable[str] = ()) -> int
         db.close()
     os.replace(partial, target)
     return changed
+
+
+def _candidates(col: str, literals: list[str]) -> str:
+    """SQL that is true for every value :func:`redact_text` could change (a secret marker, a URL with
+    user-info, a known secret), so that the Python redaction runs on few rows. LIKE stops at a NUL
+    byte and instr() does not: values with NULs (environment blocks) always go to Python."""
+    markers = " OR ".join(f"{col} LIKE '%{m.lower()}%'" for m in SECRET_MARKERS)
+    known = "".join(f" OR instr({col}, ?) > 0" for _ in literals)
+    return f"instr({col}, char(0)) > 0 OR (instr({col}, '://') > 0 AND instr({col}, '@') > 0) OR {markers}{known}"
 
 
 def _redacted_or_none(value: object, literals: list[str]) -> str | None:
