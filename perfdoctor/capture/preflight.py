@@ -24,6 +24,7 @@ from pathlib import Path
 
 from perfdoctor.capture import command as launch_command
 from perfdoctor.capture.nsys_cli import NsysCli
+from perfdoctor.capture.scrub import redact_text
 from perfdoctor.errors import InputError, PerfdoctorError
 
 CHECK_TIMEOUT_S = 120.0
@@ -99,7 +100,7 @@ def check_labels(launch: launch_command.Launch, env: Mapping[str, str], package_
     backend = next((line.split()[1] for line in proc.stdout.splitlines()
                     if line.startswith("perfdoctor-nvtx-backend ") and len(line.split()) == 2), None)
     if backend is None:
-        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        tail = redact_text((proc.stderr.strip().splitlines() or ["no output"])[-1])
         raise InputError(f"{python}: perfdoctor's capture hook cannot run in the training Python ({tail}); "
                          f"nothing was started")
     if backend == "none":
