@@ -319,7 +319,7 @@ def _signal(pid: int, sig: int) -> None:
 
 def _export_all(cli: NsysCli, reports: list[Path], options: CaptureOptions, private: Path, secrets: set[str],
                 interrupts: Interrupts, notes: list[str], say: Callable[[str], None]) -> list[Path]:
-    """Export each report to SQLite through a private file that is scrubbed before it gets its name
+    """Export each report to SQLite through a hidden file that is scrubbed into ``X.sqlite`` and removed
     (``X.sqlite`` never holds a secret, not even for a moment); with ``keep_reports`` off, delete each
     report once its scrubbed export is in place."""
     env = dict(os.environ)
@@ -345,7 +345,7 @@ def _export_all(cli: NsysCli, reports: list[Path], options: CaptureOptions, priv
             notes.append(f"{target.name} exists: not re-exported (pass --force to overwrite)")
             continue
         say(f"exporting {report.name} to SQLite")
-        raw = private / f"{report.stem}.raw.sqlite"
+        raw = report.with_name(f".{report.stem}.unscrubbed.sqlite")  # beside it: /tmp may be too small
         output, log = export_sqlite(cli, report, raw, force=True, env=env, abort=lambda: state["abort"])
         if output is None:
             tail = " ".join(log.strip().splitlines()[-2:])

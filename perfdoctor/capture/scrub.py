@@ -126,7 +126,11 @@ def scrub_sqlite(source: Path, target: Path, secrets: Iterable[str] = ()) -> int
         db.execute("COMMIT")
         partial = target.with_name(f".{target.name}.partial")
         partial.unlink(missing_ok=True)
-        db.execute("VACUUM INTO ?", (str(partial),))
+        try:
+            db.execute("VACUUM INTO ?", (str(partial),))
+        except sqlite3.Error:
+            partial.unlink(missing_ok=True)  # a full disk: no half file
+            raise
     finally:
         db.close()
     os.replace(partial, target)
