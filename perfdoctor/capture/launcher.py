@@ -303,7 +303,7 @@ def _run(argv: list[str], env: dict[str, str], interrupts: Interrupts, say: Call
                 interrupts.first_at = float("inf")
             time.sleep(0.1)
     finally:
-        interrupts.enter("after-training")
+        interrupts.enter("export")  # until the export starts, a signal is only counted
         for agent in agents_of(seen):
             kill_tree(agent, signal.SIGTERM)
     rc = proc.returncode
