@@ -283,6 +283,9 @@ def capture(
                                         "files of the same names.")] = False,
     run_analyze: Annotated[bool, typer.Option("--analyze", help="Run `perfdoctor analyze RUN_DIR` at the end.")]
         = False,
+    keep_reports: Annotated[str, typer.Option("--keep-reports", help="yes, or no: delete each .nsys-rep once its "
+                                              "scrubbed SQLite export is written (reports hold the unredacted "
+                                              "environment; use no for runs you will share).")] = "yes",
 ) -> None:
     """Run a training command under nsys with perfdoctor's per-rank labels: perfdoctor capture [OPTIONS] -- CMD ...
 
@@ -294,9 +297,12 @@ def capture(
 
     if memory_max_entries <= 0:
         raise UsageError("--memory-max-entries must be positive")
+    if keep_reports not in ("yes", "no"):
+        raise UsageError(f"--keep-reports {keep_reports!r}: expected yes or no")
     options = CaptureOptions(command=list(ctx.args), out=out, steps=parse_steps(steps), ranks=parse_ranks(ranks),
                              per_rank=per_rank, memory=memory, memory_max_entries=memory_max_entries,
-                             nsys_args=list(nsys_arg or []), nsys=nsys, force=force)
+                             nsys_args=list(nsys_arg or []), nsys=nsys, force=force,
+                             keep_reports=keep_reports == "yes")
 
     def say(line: str) -> None:
         sys.stderr.write(f"perfdoctor: {line}\n")
@@ -304,9 +310,11 @@ def capture(
     result = run_capture(options, say)
     for note in result.notes:
         say(note)
+    training = "not started" if result.training_exit_code is None else result.training_exit_code
+    interrupted = f", interrupted by {result.interrupted_by}" if result.interrupted_by else ""
     say(f"run directory {result.run_dir}: {len(result.reports)} report(s), {len(result.exports)} SQLite "
-        f"export(s), manifest.json; training exit code {result.exit_code}")
-    if run_analyze:
+        f"export(s), manifest.json; training exit code {training}{interrupted}")
+    if run_analyze and not result.interrupted_by:
         if result.exports or any(result.run_dir.glob("*.sqlite")):
             analyze([result.run_dir])
         else:

@@ -7,7 +7,7 @@ so that the capture side can import it inside a training job.
 from __future__ import annotations
 
 TUNING_PREFIXES = ("NCCL_", "NVTE_", "CUDA_", "TORCH_", "PYTORCH_", "NVIDIA_TF32", "UB_", "MEGATRON_", "NEMO_")
-SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASSWORD", "CREDENTIAL", "AUTH")
+SECRET_MARKERS = ("KEY", "TOKEN", "SECRET", "PASS", "CREDENTIAL", "AUTH")  # PASS: PASSWD, PASSWORD, PASSPHRASE
 REDACTED = "<redacted>"
 
 

@@ -78,12 +78,12 @@ def _torchrun_start(argv: list[str]) -> int | None:
         return None
     if Path(argv[0]).name == "torchrun":
         return 1
-    if _is_python(argv[0]) and len(argv) >= 3 and argv[1] == "-m" and argv[2] in TORCHRUN_MODULES:
+    if is_python(argv[0]) and len(argv) >= 3 and argv[1] == "-m" and argv[2] in TORCHRUN_MODULES:
         return 3
     return None
 
 
-def _is_python(exe: str) -> bool:
+def is_python(exe: str) -> bool:
     name = Path(exe).name
     return name.startswith("python") and all(c.isdigit() or c == "." for c in name[len("python"):])
 
@@ -107,7 +107,7 @@ def torchrun_python(torchrun: list[str]) -> str:
     """The interpreter torchrun starts ranks with: its own (``PYTHON_EXEC`` overrides, as in torchrun)."""
     if os.environ.get("PYTHON_EXEC"):
         return os.environ["PYTHON_EXEC"]
-    if _is_python(torchrun[0]):
+    if is_python(torchrun[0]):
         return shutil.which(torchrun[0]) or torchrun[0]
     path = shutil.which(torchrun[0])
     if path:
@@ -116,7 +116,7 @@ def torchrun_python(torchrun: list[str]) -> str:
                 first = fh.readline(512).decode(errors="replace").strip()
         except OSError:
             first = ""
-        if first.startswith("#!") and _is_python(first[2:].split()[0] if first[2:].split() else ""):
+        if first.startswith("#!") and is_python(first[2:].split()[0] if first[2:].split() else ""):
             return first[2:].split()[0]
     return shutil.which("python3") or "python3"
 
@@ -144,7 +144,7 @@ def wrap(launch: Launch, nsys: list[str], *, per_rank: bool, ranks: list[int] | 
 def _rank_program_of_torchrun(launch: Launch) -> tuple[list[str], list[str]]:
     """torchrun's options with ``--no-python`` added, and the per-rank program it must then start."""
     opts = list(launch.torchrun)
-    head = 3 if _is_python(opts[0]) and len(opts) > 1 and opts[1] == "-m" else 1
+    head = 3 if is_python(opts[0]) and len(opts) > 1 and opts[1] == "-m" else 1
     given = set(opts[head:])
     no_python = bool(given & {"--no-python", "--no_python"})
     module = bool(given & {"-m", "--module"})

@@ -1,15 +1,21 @@
 """``perfdoctor capture -- CMD``: run a training command under nsys with the per-rank hook, then export.
 
-One call, in order: check the output directory, find nsys, insert ``nsys profile`` into the command
-(:mod:`perfdoctor.capture.command`), start it with the hook on ``PYTHONPATH``, forward Ctrl-C/SIGTERM
-to every process of the run, export every report to SQLite (also after an interruption), and write
-the manifest. The training command's exit code is the capture's exit code.
+One call, in order: check that the command exists and its Python can emit the labels
+(:mod:`perfdoctor.capture.preflight`), find nsys, check the output directory, insert ``nsys profile``
+into the command (:mod:`perfdoctor.capture.command`), start it with the hook on ``PYTHONPATH``, pass
+Ctrl-C/SIGTERM/SIGHUP on to every process of the run (:mod:`perfdoctor.capture.interrupts` says what
+each signal does in each phase), export every report to SQLite (also after an interruption) and scrub
+secrets from the exports (:mod:`perfdoctor.capture.scrub`), and write the manifest. The training
+command's exit code is the capture's exit code; 128 + signal when a signal interrupted the capture and
+the command itself reported success (or never ran).
 
 Process control, and why:
 
 * The command runs in a session of its own, so a terminal's Ctrl-C reaches perfdoctor alone and is
   forwarded once, on purpose, to every process below it: nsys starts the program in yet another
-  session (``nsys-launcher``), which a process-group signal would miss. nsys then finishes its report.
+  session (``nsys-launcher``), which a process-group signal would miss. nsys itself is never signalled:
+  it writes its report when its program ends, while SIGHUP or a second SIGINT make nsys 2022.4 quit
+  without one (and a SIGINT to nsys reaches its program a second time, cutting its clean-up short).
 * If the run does not end ``KILL_AFTER_S`` seconds after a signal, everything below us is killed.
 * The nsys agent daemon is re-parented to pid 1 and can outlive its CLI; it is found by the CLI's pid
   (every pid seen below us is remembered) and ended, never by name.
@@ -23,23 +29,26 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import sqlite3
 import subprocess
 import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from perfdoctor.capture import command as launch_command
 from perfdoctor.capture import manifest as run_manifest
+from perfdoctor.capture import preflight, scrub
 from perfdoctor.capture.hook import runtime
+from perfdoctor.capture.interrupts import FORCE_AFTER, Interrupts
 from perfdoctor.capture.nsys_cli import (
     NsysCli,
     agents_of,
     descendants,
     export_sqlite,
     find_nsys,
+    is_nsys,
     kill_tree,
     profile_args,
 )
@@ -67,16 +76,19 @@ class CaptureOptions:
     nsys: str | None = None
     force: bool = False
     cuda: bool | None = None  # None: trace CUDA when this machine has an NVIDIA GPU
+    keep_reports: bool = True  # False: delete each .nsys-rep once its scrubbed export is written
 
 
 @dataclass
 class CaptureResult:
     run_dir: Path
-    exit_code: int
-    reports: list[Path]
+    exit_code: int  # perfdoctor's: the training command's, or 128 + signal after an interruption
+    reports: list[Path]  # the reports still in the run directory
     exports: list[Path]
     manifest: Path
     notes: list[str]
+    training_exit_code: int | None  # None: the training command never started
+    interrupted_by: str | None
 
 
 def parse_steps(text: str | None) -> tuple[int, int] | None:
@@ -161,14 +173,22 @@ def hook_env(base: dict[str, str], run_dir: Path, options: CaptureOptions, profi
 
 
 def run_capture(options: CaptureOptions, say: Callable[[str], None] = lambda s: None) -> CaptureResult:
-    """Capture ``options.command``; see the module docstring. Raises InputError/UsageError before
-    anything runs when the request cannot work."""
+    """Capture ``options.command``; see the module docstring. Raises InputError/UsageError (exit 2) or
+    CommandNotFound (127) before anything runs when the request cannot work."""
     launch = launch_command.parse_launch(options.command)
     per_rank = options.per_rank if options.per_rank is not None else launch.per_rank_default
-    cli = find_nsys(options.nsys)
-    run_dir = prepare_run_dir(options.out, options.force)
+    with Interrupts(say) as interrupts:
+        preflight.check_command(launch)
+        cli = find_nsys(options.nsys)
+        preflight.check_nsys(cli)
+        notes = [preflight.check_labels(launch, os.environ, PACKAGE_ROOT)]
+        run_dir = prepare_run_dir(options.out, options.force)
+        return _capture(options, launch, per_rank, cli, run_dir, notes, interrupts, say)
+
+
+def _capture(options: CaptureOptions, launch: launch_command.Launch, per_rank: bool, cli: NsysCli, run_dir: Path,
+             notes: list[str], interrupts: Interrupts, say: Callable[[str], None]) -> CaptureResult:
     cuda = has_nvidia_gpu() if options.cuda is None else options.cuda
-    notes: list[str] = []
     profiler_api = options.steps is not None and cuda
     if options.steps is not None and not cuda:
         notes.append("no NVIDIA GPU here: the whole run is captured (cudaProfilerStart needs CUDA); --steps "
@@ -182,13 +202,16 @@ def run_capture(options: CaptureOptions, say: Callable[[str], None] = lambda s: 
     private = Path(tempfile.mkdtemp(prefix="perfdoctor-capture-"))
     started_file = private / "started"
     env = hook_env(dict(os.environ), run_dir, options, profiler_api, started_file)
-    began = time.time()
-    exit_code, interrupted = 0, None
+    secrets = scrub.secret_values(os.environ, [*options.command, *options.nsys_args])
+    began = ended = time.time()
+    exit_code: int | None = None
     try:
         for attempt in range(1, START_TRIES + 1):
-            exit_code, interrupted = _run(wrapped, env, say)
+            if interrupts.interrupted:
+                break
+            exit_code = _run(wrapped, env, interrupts, say)
             reports = _reports(run_dir, pattern)
-            if reports or started_file.exists() or interrupted or attempt == START_TRIES:
+            if reports or started_file.exists() or interrupts.interrupted or attempt == START_TRIES:
                 break
             if any(run_dir.glob("*.qdstrm")):
                 notes.append("nsys left only .qdstrm files: its importer was not found (Debian: run "
@@ -198,23 +221,36 @@ def run_capture(options: CaptureOptions, say: Callable[[str], None] = lambda s: 
             time.sleep(1.0)
         ended = time.time()
         reports = _reports(run_dir, pattern)
-        exports = _export_all(cli, reports, options.force, private, notes, say)
+        exports = _export_all(cli, reports, options, private, secrets, interrupts, notes, say)
     finally:
         shutil.rmtree(private, ignore_errors=True)
-    if not reports:
-        notes.append("nsys wrote no report (see its output above)")
+    interrupts.enter("finish")
+    if exit_code is None:
+        notes.append(f"the training command was not started ({interrupts.name} before launch)")
+    elif not reports:
+        notes.append("nsys wrote no report (see its output above)" + (
+            f"; the run was interrupted by {interrupts.name}: what it captured is lost" if interrupts.interrupted
+            else ""))
+    kept = [r for r in reports if r.exists()]
+    if kept:
+        notes.append(f"{len(kept)} .nsys-rep report(s) kept: they hold the run's whole environment and command line "
+                     "unredacted (nsys reports cannot be edited); share the SQLite exports and manifest.json, or "
+                     "capture with --keep-reports no")
     files = sorted(p for p in run_dir.rglob("*") if p.is_file() and not p.name.startswith("."))
+    capture_exit = interrupts.exit_code(exit_code)
     manifest = run_manifest.build_manifest(
         run_dir=run_dir, command=options.command, wrapped=wrapped, started=began, ended=ended,
-        exit_code=exit_code, interrupted=interrupted,
+        exit_code=exit_code, capture_exit_code=capture_exit, interrupted=interrupts.name,
+        interrupted_during=interrupts.during, signals=interrupts.count,
         nsys={"path": cli.path, "version": cli.version, "trace": _trace_of(nsys_cmd),
               "per_rank": per_rank, "profiler_api_window": profiler_api},
         options={"steps": list(options.steps) if options.steps else None, "ranks": options.ranks or "all",
                  "memory": options.memory, "memory_max_entries": options.memory_max_entries,
-                 "nsys_args": options.nsys_args, "force": options.force},
-        env=os.environ, files=files, gpus=gpu_names() if cuda else [], notes=notes)
+                 "nsys_args": options.nsys_args, "force": options.force, "keep_reports": options.keep_reports},
+        env=os.environ, files=files, gpus=gpu_names() if cuda else [], notes=notes, secrets=secrets)
     path = run_manifest.write_manifest(run_dir, manifest)
-    return CaptureResult(run_dir, exit_code, reports, exports, path, notes)
+    return CaptureResult(run_dir, capture_exit, kept, exports, path, manifest["notes"], exit_code,
+                         interrupts.name)
 
 
 def _trace_of(nsys_cmd: list[str]) -> str:
@@ -226,28 +262,33 @@ def _reports(run_dir: Path, pattern: str) -> list[Path]:
     return sorted(p for p in run_dir.glob(f"{prefix}*.nsys-rep") if p.is_file() and p.stat().st_size > 0)
 
 
-def _run(argv: list[str], env: dict[str, str], say: Callable[[str], None]) -> tuple[int, str | None]:
-    """Run ``argv`` in its own session; forward SIGINT/SIGTERM/SIGHUP to every process below it.
+def _run(argv: list[str], env: dict[str, str], interrupts: Interrupts, say: Callable[[str], None]) -> int:
+    """Run ``argv`` in its own session and pass signals on (see :mod:`perfdoctor.capture.interrupts`).
 
-    Returns (exit code, name of the signal that interrupted the run or None). A child killed by a
-    signal reports 128 + its number, as shells do.
+    Returns its exit code; a child killed by a signal reports 128 + its number, as shells do.
     """
     try:
         proc = subprocess.Popen(argv, env=env, start_new_session=True)
     except OSError as exc:
         raise InputError(f"{argv[0]}: cannot start it ({exc.strerror or exc})") from None
     seen: set[int] = {proc.pid}
-    state: dict[str, Any] = {"signal": None, "at": None}
 
-    def forward(signum: int, _frame: Any) -> None:
-        name = signal.Signals(signum).name
-        if state["signal"] is None:
-            state["signal"], state["at"] = name, time.monotonic()
-            say(f"{name}: passing it to the training processes; the reports are still exported")
-        kill_tree(proc.pid, signum)
+    def forward(sig: signal.Signals, count: int) -> None:
+        if count >= FORCE_AFTER:
+            say(f"{sig.name} #{count}: killing the run now; what nsys had not written is lost")
+            kill_tree(proc.pid, signal.SIGKILL)
+            return
+        if count == 1:
+            say(f"{sig.name}: passing it to the training processes; nsys then writes its report, which is exported")
+        else:
+            say(f"{sig.name} again: passed on; {FORCE_AFTER - count} more kill(s) the run and lose its report")
+        for pid in [proc.pid, *descendants(proc.pid)]:
+            if not is_nsys(pid):  # nsys writes its report once its program ends; a signal can only spoil it
+                _signal(pid, sig)
 
-    handled = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-    previous = {s: signal.signal(s, forward) for s in handled}
+    interrupts.enter("training", forward)
+    if interrupts.interrupted:  # a signal between the last check and the start
+        forward(interrupts.first or signal.SIGINT, 1)
     try:
         last_scan = 0.0
         while proc.poll() is None:
@@ -255,36 +296,72 @@ def _run(argv: list[str], env: dict[str, str], say: Callable[[str], None]) -> tu
             if now - last_scan > 2.0:
                 seen.update(descendants(proc.pid))
                 last_scan = now
-            if state["at"] is not None and now - state["at"] > KILL_AFTER_S:
-                say(f"the run did not end {KILL_AFTER_S:.0f} s after {state['signal']}: killing it")
+            first_at = interrupts.first_at
+            if first_at is not None and now - first_at > KILL_AFTER_S:
+                say(f"the run did not end {KILL_AFTER_S:.0f} s after {interrupts.name}: killing it")
                 kill_tree(proc.pid, signal.SIGKILL)
-                state["at"] = float("inf")
+                interrupts.first_at = float("inf")
             time.sleep(0.1)
     finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
+        interrupts.enter("export")  # until the export starts, a signal is only counted
         for agent in agents_of(seen):
             kill_tree(agent, signal.SIGTERM)
     rc = proc.returncode
-    return (128 - rc if rc < 0 else rc), state["signal"]
+    return 128 - rc if rc < 0 else rc
 
 
-def _export_all(cli: NsysCli, reports: list[Path], force: bool, private: Path, notes: list[str],
-                say: Callable[[str], None]) -> list[Path]:
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):  # gone already, or not ours to signal
+        pass
+
+
+def _export_all(cli: NsysCli, reports: list[Path], options: CaptureOptions, private: Path, secrets: set[str],
+                interrupts: Interrupts, notes: list[str], say: Callable[[str], None]) -> list[Path]:
+    """Export each report to SQLite through a hidden file that is scrubbed into ``X.sqlite`` and removed
+    (``X.sqlite`` never holds a secret, not even for a moment); with ``keep_reports`` off, delete each
+    report once its scrubbed export is in place."""
     env = dict(os.environ)
     env["TMPDIR"] = str(private)
+    state = {"abort": False}
+
+    def on_signal(sig: signal.Signals, count: int) -> None:
+        if sig == signal.SIGTERM or count > 1:
+            state["abort"] = True
+            say(f"{sig.name}: stopping the export; the .nsys-rep report(s) are kept")
+        else:
+            say(f"{sig.name}: exporting what was captured first; send it again to stop the export")
+
+    interrupts.enter("export", on_signal)
     exports = []
     for report in reports:
         target = report.with_suffix(".sqlite")
-        if target.exists() and not force:
+        if state["abort"]:
+            notes.append(f"{report.name} not exported ({interrupts.name}): export it by hand with "
+                         f"`nsys export --type sqlite {report.name}`")
+            continue
+        if target.exists() and not options.force:
             notes.append(f"{target.name} exists: not re-exported (pass --force to overwrite)")
             continue
         say(f"exporting {report.name} to SQLite")
-        output, log = export_sqlite(cli, report, force=force, env=env)
+        raw = report.with_name(f".{report.stem}.unscrubbed.sqlite")  # beside it: /tmp may be too small
+        output, log = export_sqlite(cli, report, raw, force=True, env=env, abort=lambda: state["abort"])
         if output is None:
             tail = " ".join(log.strip().splitlines()[-2:])
-            notes.append(f"export of {report.name} failed: {tail}")
-        else:
-            exports.append(output)
+            reason = f"stopped by {interrupts.name}" if state["abort"] else f"failed: {tail}"
+            notes.append(f"export of {report.name} {reason}; the report is kept: export it by hand with "
+                         f"`nsys export --type sqlite {report.name}`")
+            continue
+        try:
+            scrub.scrub_sqlite(raw, target, secrets)
+        except sqlite3.Error as exc:
+            notes.append(f"export of {report.name} could not be scrubbed of secrets ({exc}), so it was not kept; "
+                         "the report is kept")
+            continue
+        finally:
+            raw.unlink(missing_ok=True)
+        exports.append(target)
+        if options.keep_reports is False:
+            report.unlink()
     return exports
-

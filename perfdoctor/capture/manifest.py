@@ -3,8 +3,8 @@
 Built from three sources: the launcher (command, times, exit code, nsys, environment), the per-rank
 records the hook leaves in ``ranks/rank<R>.json`` (host, GPU, versions, parallel config, memory
 recorder status), and the files in the run directory. The environment is reduced to the variables
-that matter for tuning, with secret-looking values redacted (:mod:`perfdoctor.tuning_env`); so is
-any secret-looking ``--option value`` of the command line.
+that matter for tuning; secret-looking values there, in the command line and in the notes are
+redacted (:mod:`perfdoctor.capture.scrub`).
 """
 
 from __future__ import annotations
@@ -20,31 +20,12 @@ from pathlib import Path
 from typing import Any
 
 from perfdoctor import __version__
-from perfdoctor.tuning_env import REDACTED, is_secret, tuning_env
+from perfdoctor.capture.scrub import redact_command, redact_text
+from perfdoctor.tuning_env import tuning_env
 
 MANIFEST = "manifest.json"
 MANIFEST_VERSION = "1"
 LAUNCHER_PACKAGES = ("torch", "transformer_engine", "megatron_core", "megatron_bridge", "nemo_toolkit", "nvtx")
-
-
-def redact_command(argv: Sequence[str]) -> list[str]:
-    """``--api-key=abc`` / ``--api-key abc`` / ``WANDB_API_KEY=abc`` → value replaced by ``<redacted>``."""
-    out: list[str] = []
-    hide_next = False
-    for arg in argv:
-        if hide_next:
-            out.append(REDACTED)
-            hide_next = False
-            continue
-        name, eq, _ = arg.partition("=")
-        if eq and is_secret(name.lstrip("-")):
-            out.append(f"{name}={REDACTED}")
-        elif arg.startswith("-") and not eq and is_secret(arg.lstrip("-")):
-            out.append(arg)
-            hide_next = True
-        else:
-            out.append(arg)
-    return out
 
 
 def rank_records(run_dir: Path) -> list[dict[str, Any]]:
@@ -61,9 +42,12 @@ def rank_records(run_dir: Path) -> list[dict[str, Any]]:
 
 
 def build_manifest(*, run_dir: Path, command: Sequence[str], wrapped: Sequence[str], started: float,
-                   ended: float, exit_code: int | None, interrupted: str | None, nsys: Mapping[str, Any],
+                   ended: float, exit_code: int | None, capture_exit_code: int, interrupted: str | None,
+                   interrupted_during: str | None, signals: int, nsys: Mapping[str, Any],
                    options: Mapping[str, Any], env: Mapping[str, str], files: Sequence[Path],
-                   gpus: Sequence[str], notes: Sequence[str]) -> dict[str, Any]:
+                   gpus: Sequence[str], notes: Sequence[str], secrets: Sequence[str] | set[str] = ()) -> dict[str, Any]:
+    """``exit_code`` is the training command's (None: never started); ``capture_exit_code`` perfdoctor's.
+    Every string that comes from the user (command, options, notes, environment) is redacted."""
     ranks = rank_records(run_dir)
     memory = {str(r.get("rank")): r.get("memory", {}) for r in ranks}
     config = next((r["config"] for r in ranks if r.get("config")), {})
@@ -74,13 +58,17 @@ def build_manifest(*, run_dir: Path, command: Sequence[str], wrapped: Sequence[s
     hosts = sorted({socket.gethostname(), *(r["host"] for r in ranks if r.get("host"))})
     return {
         "manifest_version": MANIFEST_VERSION,
-        "command": redact_command(command),
-        "launched": redact_command(wrapped),
+        "command": redact_command(command, secrets),
+        "launched": redact_command(wrapped, secrets),
         "start_time": _iso(started),
         "end_time": _iso(ended),
         "duration_s": round(ended - started, 3),
         "exit_code": exit_code,
+        "capture_exit_code": capture_exit_code,
+        "interrupted": interrupted is not None,
         "interrupted_by": interrupted,
+        "interrupted_during": interrupted_during,
+        "signals_received": signals,
         "hosts": hosts,
         "platform": {"system": platform.system(), "release": platform.release(), "python": platform.python_version()},
         "ranks": [{k: r.get(k) for k in ("rank", "local_rank", "world_size", "host", "pid", "gpu", "steps_done",
@@ -88,13 +76,13 @@ def build_manifest(*, run_dir: Path, command: Sequence[str], wrapped: Sequence[s
         "world_size": max((r.get("world_size") or 0 for r in ranks), default=None),
         "gpus": sorted(set(gpus) | {r["gpu"] for r in ranks if r.get("gpu")}),
         "config": config,
-        "capture": dict(options),
+        "capture": {k: (redact_command(v, secrets) if k == "nsys_args" else v) for k, v in options.items()},
         "nsys": dict(nsys),
         "versions": versions,
         "memory": memory,
         "files": sorted(str(p.relative_to(run_dir)) for p in files),
-        "env": tuning_env(dict(env)),
-        "notes": list(notes),
+        "env": {k: redact_text(v, secrets) for k, v in tuning_env(dict(env)).items()},
+        "notes": [redact_text(n, secrets) for n in notes],
     }
 
 

@@ -26,7 +26,8 @@ import re
 import shutil
 import signal
 import subprocess
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -123,30 +124,39 @@ def export_args(cli: NsysCli, report: Path, output: Path, *, force: bool) -> lis
             f"--output={output}", str(report)]
 
 
-def export_sqlite(cli: NsysCli, report: Path, *, force: bool, env: dict[str, str],
-                  timeout_s: float = 1800.0) -> tuple[Path | None, str]:
-    """Export one report next to itself (``X.nsys-rep`` → ``X.sqlite``). Returns (path or None, log)."""
-    output = report.with_suffix(".sqlite")
+def export_sqlite(cli: NsysCli, report: Path, output: Path, *, force: bool, env: dict[str, str],
+                  abort: Callable[[], bool] = lambda: False, timeout_s: float = 1800.0) -> tuple[Path | None, str]:
+    """Export one report to ``output``. Returns (path or None, log). ``abort()`` is asked while the
+    export runs: once true, the export is killed and waited for (never left running), and its partial
+    output removed."""
     log_path = Path(env["TMPDIR"]) / f"export-{report.stem}.log"
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(export_args(cli, report, output, force=force), stdin=subprocess.DEVNULL,
                                 stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    deadline = time.monotonic() + timeout_s
+    rc: int | None = None
     try:
-        rc = proc.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        kill_tree(proc.pid, signal.SIGKILL)
-        proc.wait()
-        rc = None
+        while rc is None and time.monotonic() < deadline and not abort():
+            try:
+                rc = proc.wait(timeout=0.2)
+            except subprocess.TimeoutExpired:
+                continue
     finally:
+        if rc is None:
+            kill_tree(proc.pid, signal.SIGKILL)
+            proc.wait()
         for agent in agents_of({proc.pid}):
             kill_tree(agent, signal.SIGKILL)
     text = log_path.read_bytes().decode(errors="replace").replace("\r", "\n")
     ok = rc == 0 and output.is_file()
+    if not ok:
+        output.unlink(missing_ok=True)
     return (output if ok else None), text
 
 
 def _run_quiet(argv: list[str]) -> str:
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL)
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+                          start_new_session=True)  # a terminal's Ctrl-C is for perfdoctor to handle
     return proc.stdout + proc.stderr
 
 
@@ -182,6 +192,15 @@ def _process_parents() -> Iterator[tuple[int, int]]:
             continue
         fields = stat.rsplit(")", 1)[1].split()  # "pid (comm) state ppid ...": comm may hold spaces
         yield int(entry.name), int(fields[1])
+
+
+def is_nsys(pid: int) -> bool:
+    """The process runs an Nsight Systems binary (its name: ``nsys``, ``nsys-launcher``, ``nsys-tee``): one
+    that is not passed the user's signals, or it quits without writing its report."""
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().startswith("nsys")
+    except OSError:
+        return False
 
 
 def agents_of(cli_pids: set[int]) -> list[int]:

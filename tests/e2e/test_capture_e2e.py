@@ -2,8 +2,10 @@
 
 CPU build of torch, gloo, Debian nsys 2022.4 (installed by .ci/run): the run directory must hold
 SQLite exports whose NVTX carries the step ranges of the window, comm ranges labelled with both
-groups, rank/config marks and GC ranges; a manifest with the secret redacted; and `perfdoctor
-analyze RUN_DIR` must find the steps and ranks. Marked nsys: CI refuses to skip it.
+groups, rank/config marks and GC ranges; a manifest; no byte of any file but the .nsys-rep holding a
+secret of the environment or the command line (also once the report is re-exported by the 2023.4 and
+2024.2 exporters, whose META_DATA_CAPTURE holds the environment and command line, and scrubbed); and
+`perfdoctor analyze RUN_DIR` must find the steps and ranks. Marked nsys: CI refuses to skip it.
 """
 
 from __future__ import annotations
@@ -18,11 +20,19 @@ from pathlib import Path
 
 import pytest
 
+from perfdoctor.capture.scrub import scrub_sqlite, secret_values
 from perfdoctor.load.labels import parse_label
+from tests.nsys.capture import export_sqlite, find_nsys
+from tests.nsys.conftest import EXTRA_DIR
 
 pytestmark = pytest.mark.nsys
 HERE = Path(__file__).resolve().parent
 SECRET = "hunter2-e2e-secret"
+SECRET_ENV = {"NCCL_DEBUG_AUTH_TOKEN": SECRET, "MY_API_TOKEN": "tok-e2e-0123456",
+              "AWS_SECRET_ACCESS_KEY": "aws-e2e-6543210", "NCCL_IB_PASSWD": "ib-pw-e2e-4242"}
+SECRET_ARGS = ["--api-key", "xyz-e2e-api-key", "--url", "https://bob:url-pw-e2e-55@example.com/data"]
+SECRET_VALUES = [*SECRET_ENV.values(), "xyz-e2e-api-key", "url-pw-e2e-55"]
+TRAIN = ["torchrun", "--nproc_per_node", "2", str(HERE / "tiny_train.py"), "7", *SECRET_ARGS]
 
 
 @pytest.fixture(scope="module")
@@ -32,11 +42,12 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     if shutil.which("torchrun") is None:
         pytest.skip("no torch (`pip install torch==2.13.0` installs the CPU build here; .ci/run does)")
     run = tmp_path_factory.mktemp("capture") / "run"
-    env = {**os.environ, "NCCL_DEBUG_AUTH_TOKEN": SECRET, "NCCL_ALGO": "Ring"}
+    env = {**os.environ, **SECRET_ENV, "NCCL_ALGO": "Ring"}
     proc = subprocess.run([sys.executable, "-m", "perfdoctor", "capture", "--out", str(run), "--steps", "2-4", "--",
-                           "torchrun", "--nproc_per_node", "2", str(HERE / "tiny_train.py")],
+                           *TRAIN],
                           capture_output=True, text=True, timeout=300, env=env, stdin=subprocess.DEVNULL)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert not [v for v in SECRET_VALUES if v in proc.stderr]
     return run
 
 
@@ -89,3 +100,36 @@ def test_analyze_finds_steps_and_ranks(run_dir: Path) -> None:
     assert report["run"]["ranks"] == [0, 1]
     assert {t["rank_source"] for t in report["run"]["timelines"]} == {"nvtx-mark"}
     assert any("no CUDA data" in w for w in report["warnings"])
+
+
+def leaks(path: Path) -> list[str]:
+    data = path.read_bytes()
+    return [v for v in SECRET_VALUES if v.encode() in data]
+
+
+def test_no_file_but_the_report_holds_a_secret(run_dir: Path) -> None:
+    files = [p for p in run_dir.rglob("*") if p.is_file()]
+    (report,) = [p for p in files if p.suffix == ".nsys-rep"]
+    assert leaks(report)  # the report holds them: that is why it is announced, and --keep-reports no exists
+    checked = [p for p in files if p != report]
+    assert {p.suffix for p in checked} >= {".sqlite", ".json"}
+    assert {str(p): leaks(p) for p in checked} == {str(p): [] for p in checked}
+
+
+@pytest.mark.parametrize("release", ["2023.4", "2024.2"])
+def test_newer_exporters_schemas_are_scrubbed_too(run_dir: Path, release: str, tmp_path: Path) -> None:
+    """2023.4+ exports write the environment and the command line to META_DATA_CAPTURE."""
+    cli = find_nsys(str(EXTRA_DIR / release / "nsys"))
+    if cli is None:
+        pytest.skip(f"no nsys {release} exporter (scripts/install_nsys_extra.sh puts one in {EXTRA_DIR})")
+    (report,) = run_dir.glob("*.nsys-rep")
+    raw = export_sqlite(report, tmp_path / "raw.sqlite", nsys=cli.path)
+    with sqlite3.connect(raw) as db:
+        rows = db.execute("SELECT value FROM META_DATA_CAPTURE WHERE name LIKE 'PROCESS_%'").fetchall()
+    assert any("MY_API_TOKEN" in v for (v,) in rows) and any("xyz-e2e-api-key" in v for (v,) in rows)
+    clean = tmp_path / "clean.sqlite"
+    scrub_sqlite(raw, clean, secret_values(SECRET_ENV, TRAIN))
+    assert leaks(clean) == []
+    with sqlite3.connect(clean) as db:
+        values = {v for (v,) in db.execute("SELECT value FROM META_DATA_CAPTURE")}
+    assert 'MY_API_TOKEN="<redacted>"' in values and 'NCCL_ALGO="Ring"' in values
