@@ -29,5 +29,17 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         report.longrepr = f"CI is set, so tests marked nsys or installed must run, but this one skipped: {reason}"
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _private_export_cache(tmp_path_factory: pytest.TempPathFactory) -> Generator[None, None, None]:
+    """Exports of .nsys-rep inputs go to $XDG_CACHE_HOME/perfdoctor: a test must not fill the user's."""
+    old = os.environ.get("XDG_CACHE_HOME")
+    os.environ["XDG_CACHE_HOME"] = str(tmp_path_factory.mktemp("xdg_cache"))
+    yield
+    if old is None:
+        os.environ.pop("XDG_CACHE_HOME", None)
+    else:
+        os.environ["XDG_CACHE_HOME"] = old
+
+
 def _must_run(item: pytest.Item) -> bool:
     return any(item.get_closest_marker(name) for name in ("nsys", "installed"))

@@ -5,28 +5,33 @@ from __future__ import annotations
 from pathlib import Path
 
 from perfdoctor.errors import InputError
+from perfdoctor.load.nsys_report import REPORT_SUFFIX, export_report
 
 TRACE_SUFFIXES = (".sqlite", ".sqlite3", ".db")
 SNAPSHOT_SUFFIXES = (".pickle", ".pkl")  # PyTorch CUDA memory snapshots (perfdoctor.load.memsnap)
 
 
 def discover(paths: list[Path]) -> list[Path]:
-    """Files are taken as given; a directory (a run dir) contributes every SQLite export below it."""
+    """Files are taken as given; a directory (a run dir) contributes every SQLite export below it and
+    every ``.nsys-rep`` report that has no export of the same name beside it. Reports are exported
+    with the ``nsys`` on PATH into a cache (perfdoctor.load.nsys_report), never beside the input."""
     found: list[Path] = []
     for path in paths:
         if not path.exists():
             raise InputError(f"{path}: no such file or directory")
         if path.is_file():
-            if path.suffix not in SNAPSHOT_SUFFIXES:  # snapshots come from discover_snapshots
+            if path.suffix == REPORT_SUFFIX:
+                found.append(export_report(path))
+            elif path.suffix not in SNAPSHOT_SUFFIXES:  # snapshots come from discover_snapshots
                 found.append(path)
             continue
         exports = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in TRACE_SUFFIXES)
-        if not exports:
-            reps = sorted(path.rglob("*.nsys-rep"))
-            hint = (f" (found {len(reps)} .nsys-rep report(s): export them with `nsys export --type sqlite`)"
-                    if reps else "")
-            raise InputError(f"{path}: directory holds no nsys SQLite exports{hint}")
+        exported = {p.with_suffix("") for p in exports}
+        reports = sorted(p for p in path.rglob(f"*{REPORT_SUFFIX}") if p.is_file() and p.with_suffix("") not in exported)
+        if not exports and not reports:
+            raise InputError(f"{path}: directory holds no nsys SQLite exports or .nsys-rep reports")
         found.extend(exports)
+        found.extend(export_report(p) for p in reports)
     if not found and paths:
         raise InputError(f"{paths[0]}: only memory snapshots given; analyse them with `perfdoctor memory`, "
                          "or add the traces they belong to")
