@@ -10,7 +10,7 @@ import sqlite3
 import pytest
 
 from perfdoctor.load.nsys import load_export
-from tests.paths import SAMPLES
+from tests.paths import SAMPLES, SHARED
 from tests.test_cli_bad_input import assert_one_line_error, fingerprint, run_cli
 
 SAMPLE = SAMPLES / "exposed_dp" / "exposed_dp.rank0.sqlite"
@@ -63,6 +63,17 @@ def test_kineto_trace_is_named(capsys, tmp_path, name):
     assert_one_line_error(code, err, "PyTorch profiler (Kineto) trace")
     assert "not supported yet" in err
     assert fingerprint(path) == before
+
+
+KINETO_DIR = SHARED / "traces" / "kineto"
+
+
+@pytest.mark.skipif(not KINETO_DIR.is_dir(), reason="needs ../shared/traces")
+@pytest.mark.parametrize("name", ["hta_nccl_data.json.gz", "hta_ddp_v100_rank1.json.gz",
+                                  "param_dlrm_8rank/worker0_step12.json.gz"])
+def test_real_kineto_traces_are_named(capsys, name):
+    code, _, err = run_cli(capsys, "analyze", str(KINETO_DIR / name))
+    assert_one_line_error(code, err, "PyTorch profiler (Kineto) trace: that format is not supported yet")
 
 
 def test_kineto_trace_is_named_by_diff(capsys, tmp_path):
