@@ -77,6 +77,9 @@ RUNS = {
         Check(writes=(("report.json", r'"schema_version": "1"'),)),
     "perfdoctor analyze RUN_DIR/": Check(prints="pipeline-bubble"),
     "perfdoctor analyze run.nsys-rep": Check(nsys=True, prints="no CUDA data"),
+    "perfdoctor analyze RUN_DIR --config megatron_args.yaml --tp 4":
+        Check(writes=(("config.json", "pipeline-bubble"),),
+              substitute=(("RUN_DIR", "RUN_DIR --format json -o config.json"),)),
     "perfdoctor rules": Check(prints="ln-sm-margin"),
     "perfdoctor explain ln-sm-margin": Check(prints="ln-sm-margin"),
     "perfdoctor analyze RUN_DIR --rules my_rules/": Check(prints="my-pipeline-check"),
@@ -155,6 +158,8 @@ def scene(tmp_path_factory: pytest.TempPathFactory) -> Path:
     rule.pop("supersedes", None)
     (root / "my_rules").mkdir()
     (root / "my_rules" / "my-pipeline-check.yaml").write_text(yaml.safe_dump(rule))
+    (root / "megatron_args.yaml").write_text("tensor_model_parallel_size: 2\npipeline_model_parallel_size: 4\n"
+                                             "hidden_size: 2048\nnum_layers: 8\n")
     shutil.copytree(SAMPLES / "clean_baseline", root / "traces" / "base")
     shutil.copytree(SAMPLES / "exposed_dp", root / "traces" / "head")
     env = _perfdoctor_on_path(root / ".bin")
@@ -194,3 +199,7 @@ def test_documented_command(command, scene, tmp_path):
         assert re.search(pattern, (work / name).read_text(encoding="utf-8", errors="replace")), name
     if command.endswith("--format json -o report.json"):
         assert json.loads((work / "report.json").read_text())["findings"]
+    if "--config" in command:  # the flag wins over the file; the file's other values are there, said so
+        run = json.loads((work / "config.json").read_text())["run"]
+        assert (run["config"]["tp"], run["config_sources"]["tp"]) == (4, "cli")
+        assert (run["config"]["pp"], run["config_sources"]["pp"]) == (4, "config-file")
