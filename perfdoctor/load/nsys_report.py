@@ -34,6 +34,15 @@ def cached_export_path(report: Path) -> Path:
     return cache_dir() / f"{report.stem}-{key}.sqlite"
 
 
+def source_report(path: Path) -> Path | None:
+    """The report a cached export was made from (None for any other file): a run directory's manifest
+    lies beside the report, not beside its export."""
+    side = path.with_suffix(".source")
+    if path.parent != cache_dir() or not side.is_file():
+        return None
+    return Path(side.read_text(encoding="utf-8"))
+
+
 def export_report(report: Path) -> Path:
     """The SQLite export of ``report``: from the cache when the report is unchanged, else made by
     ``nsys export``. Raises :class:`InputError` (one line) without nsys or when the export fails."""
@@ -60,6 +69,7 @@ def export_report(report: Path) -> Path:
             last = next((ln.strip() for ln in reversed((proc.stderr + proc.stdout).splitlines()) if ln.strip()), "")
             raise InputError(f"{report}: `nsys export` failed (exit {proc.returncode}): {last[:200]}")
         os.replace(partial, target)
+        target.with_suffix(".source").write_text(str(report.resolve()), encoding="utf-8")
     except subprocess.TimeoutExpired:
         raise InputError(f"{report}: `nsys export` ran past {EXPORT_TIMEOUT_S} s; export it by hand with "
                          f"{by_hand}") from None

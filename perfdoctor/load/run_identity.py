@@ -23,6 +23,7 @@ from pathlib import Path
 
 from perfdoctor.errors import InputError
 from perfdoctor.load.labels import rank_mark
+from perfdoctor.load.nsys_report import source_report
 from perfdoctor.model import Run, Timeline, TraceInfo
 
 # Hosts' clocks (NTP) agree to well under a second; 60 s also covers ranks whose launch was staggered.
@@ -133,7 +134,7 @@ def _overlapping(members: list[tuple[TraceInfo, int | None, int | None]]):
 def _manifest_of(path: Path, inputs: list[Path]) -> Path | None:
     """The nearest manifest.json above a file, looking no higher than the input it was found under."""
     roots = [p.resolve() for p in inputs if p.is_dir()]
-    folder = path.resolve().parent
+    folder = (source_report(path) or path).resolve().parent
     while True:
         candidate = folder / MANIFEST
         if candidate.is_file() and _is_manifest(candidate):

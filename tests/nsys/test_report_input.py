@@ -52,3 +52,14 @@ def test_report_is_exported_into_the_cache_and_reused(capsys, tmp_path, nsys_cli
     os.utime(report, ns=(before[1] + 10**9, before[1] + 10**9))  # the report changed: exported afresh
     analyze_json(capsys, report, out=tmp_path / "c.json")
     assert len(list(cache_dir().glob("rank0-*.sqlite"))) == 2
+
+
+def test_exported_report_keeps_its_run_directory(capsys, tmp_path, nsys_cli, nvtx_capture: NvtxCapture, export_of):
+    """A report exported into the cache still belongs to the capture whose manifest lies beside it."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    shutil.copy2(nvtx_capture.report, run_dir / "a.nsys-rep")
+    shutil.copy2(export_of(nsys_cli.release, True), run_dir / "b.sqlite")
+    (run_dir / "manifest.json").write_text(json.dumps({"manifest_version": 1, "command": "python emit_nvtx.py"}))
+    report = analyze_json(capsys, run_dir, out=tmp_path / "r.json")
+    assert len(report["inputs"]) == 2
