@@ -36,14 +36,16 @@ from perfdoctor.model import Report
 
 def analyze(paths: list[Path | str], config: dict[str, Any] | None = None,
             progress: Callable[[int, int, str], None] | None = None,
-            rules_dirs: list[Path | str] | None = None, timeline_excerpts: bool = True) -> Report:
+            rules_dirs: list[Path | str] | None = None, timeline_excerpts: bool = True,
+            config_sources: dict[str, str] | None = None, allow_mixed: bool = False) -> Report:
     """Analyse trace files or run directories into one Report; ``progress(done, total, what)`` is
     called as each timeline is analysed (the CLI's progress bar). Findings come from the shipped
     rules plus those in ``rules_dirs`` (loaded first, so a bad rule file fails before the analysis).
     ``timeline_excerpts``: draw the representative step for the HTML report (the CLI skips it when no
-    HTML is wanted: it costs a pass over the kernels)."""
+    HTML is wanted: it costs a pass over the kernels). ``config_sources`` says where each ``config``
+    value came from (default "cli"); ``allow_mixed`` analyses inputs that are several captures as one."""
     rules = load_rules(rules_dirs)
-    run = load_run([Path(p) for p in paths], config)
+    run = load_run([Path(p) for p in paths], config, config_sources, allow_mixed)
     run.framework = detect_framework(run)
     devices, per_rank = [], {}
     series, excerpts = {}, []
@@ -114,13 +116,15 @@ def memory(paths: list[Path | str], device_total_bytes: int | None = None,
     return sorted(out, key=lambda m: (m.rank is None, m.rank or 0))
 
 
-def diff(base: Path | str, head: Path | str, config: dict[str, Any] | None = None) -> Diff:
+def diff(base: Path | str, head: Path | str, config: dict[str, Any] | None = None,
+         config_sources: dict[str, str] | None = None, allow_mixed: bool = False) -> Diff:
     """Compare two runs (each a trace, a run directory or a saved JSON report): BASE → HEAD."""
     from perfdoctor.render.json import report_dict
 
     def side(path: Path) -> dict[str, Any]:
         saved = read_report(path)
-        return saved if saved is not None else report_dict(analyze([path], config))
+        return saved if saved is not None else report_dict(
+            analyze([path], config, config_sources=config_sources, allow_mixed=allow_mixed))
 
     impact = {r.id: r.spec["impact"]["metric"] for r in load_rules() if isinstance(r.spec.get("impact"), dict)
               and r.spec["impact"].get("metric")}

@@ -73,6 +73,12 @@ def _root(
     """perfdoctor: trace-based performance diagnosis for Megatron-Core training."""
 
 
+CONFIG_OPTION = typer.Option("--config", help="Run configuration: Megatron-LM arguments (JSON/YAML), a "
+                             "Megatron-Bridge ConfigContainer YAML or a NeMo 2 recipe dump; flags override it.")
+ALLOW_MIXED_OPTION = typer.Option("--allow-mixed", help="Analyse inputs that are different captures (other session "
+                                  "times, manifests or world sizes) as one run anyway.")
+
+
 @app.command()
 def analyze(
     paths: Annotated[list[Path], typer.Argument(help="nsys SQLite exports, or run directories holding them.")],
@@ -95,15 +101,19 @@ def analyze(
                                                       "higher (CI gating).")] = None,
     rules: Annotated[Optional[list[Path]], typer.Option("--rules", help="Directory of extra rule files (*.yaml); "
                                                         "repeatable.")] = None,
+    config_file: Annotated[Optional[Path], CONFIG_OPTION] = None,
+    allow_mixed: Annotated[bool, ALLOW_MIXED_OPTION] = False,
 ) -> None:
     """Measure where each GPU's time goes and print the breakdown."""
     from perfdoctor import api
+    from perfdoctor.load.config_file import user_config
     from perfdoctor.render.terminal import analysis_progress
 
-    config = {"tp": tp, "pp": pp, "vpp": vpp, "cp": cp, "dp": dp, "ep": ep, "num_microbatches": num_microbatches}
+    config, sources = user_config(config_file, {"tp": tp, "pp": pp, "vpp": vpp, "cp": cp, "dp": dp, "ep": ep,
+                                                "num_microbatches": num_microbatches})
     with analysis_progress() as progress:
-        report = api.analyze(paths, {k: v for k, v in config.items() if v is not None}, progress=progress,
-                             rules_dirs=rules, timeline_excerpts=html is not None)
+        report = api.analyze(paths, config, progress=progress, rules_dirs=rules, timeline_excerpts=html is not None,
+                             config_sources=sources, allow_mixed=allow_mixed)
     _write_reports(report, html, markdown, plotly_js.value)
     if output_format is OutputFormat.json:
         from perfdoctor.render.json import render_json
@@ -190,13 +200,17 @@ def diff(
         "--fail-on-regression", metavar="PCT",
         help="Exit 1 when the median step time (per unit of work for window-only captures) grew by more than "
              "PCT %, beyond noise, or when the runs are not comparable.")] = None,
+    config_file: Annotated[Optional[Path], CONFIG_OPTION] = None,
+    allow_mixed: Annotated[bool, ALLOW_MIXED_OPTION] = False,
 ) -> None:
     """Compare two runs: per-metric deltas against noise, new / resolved / changed findings."""
     from perfdoctor import api
+    from perfdoctor.load.config_file import user_config
 
     if fail_on_regression is not None and fail_on_regression < 0:
         raise UsageError("--fail-on-regression must be a percentage >= 0")
-    d = api.diff(base, head)
+    config, sources = user_config(config_file, {})
+    d = api.diff(base, head, config, config_sources=sources, allow_mixed=allow_mixed)
     if html is not None:
         from perfdoctor.render.diff_html import render_diff_html
 

@@ -27,6 +27,7 @@ from typing import Any
 
 from perfdoctor.diff_basis import Basis, choose_basis, is_total, work_note
 from perfdoctor.errors import InputError
+from perfdoctor.load.file_kind import foreign_format
 
 K = 3.0  # noise multiples a delta must exceed
 REL_FLOOR = 0.02  # of the larger of the two values
@@ -293,7 +294,7 @@ def read_report(path: Path) -> dict[str, Any] | None:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise InputError(f"{path}: not a readable JSON report ({exc})") from None
     if not isinstance(data, dict) or "schema_version" not in data or not isinstance(data.get("metrics"), dict):
-        raise InputError(f"{path}: JSON but not a perfdoctor report (no schema_version/metrics)")
+        raise InputError(f"{path}: {foreign_format(path) or 'JSON but not a perfdoctor report (no schema_version/metrics)'}")
     if str(data["schema_version"]) != "1":
         raise InputError(f"{path}: report schema_version {data['schema_version']!r} is not supported (expected '1')")
     return data

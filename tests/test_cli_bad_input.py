@@ -55,10 +55,12 @@ def test_directory_without_traces(capsys, tmp_path):
     assert_one_line_error(code, err, "no nsys SQLite exports")
 
 
-def test_directory_with_only_reports_says_export(capsys, tmp_path):
+def test_directory_with_only_reports_says_export(capsys, tmp_path, monkeypatch):
     (tmp_path / "rank0.nsys-rep").write_bytes(b"x")
+    monkeypatch.setenv("PATH", str(tmp_path / "no-nsys-here"))
     code, _, err = run_cli(capsys, "analyze", str(tmp_path))
-    assert_one_line_error(code, err, "nsys export --type sqlite")
+    assert_one_line_error(code, err, "no `nsys` on PATH")
+    assert "nsys export --type sqlite -o rank0.sqlite rank0.nsys-rep" in err
 
 
 def test_not_sqlite(capsys, tmp_path):

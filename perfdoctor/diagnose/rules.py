@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from jsonschema import Draft202012Validator
@@ -24,6 +24,9 @@ from jsonschema.exceptions import best_match
 from perfdoctor.diagnose.conditions import NAMESPACES
 from perfdoctor.diagnose.knob_values import COMPUTE, ESTIMATE, literal_problem
 from perfdoctor.errors import InputError
+
+if TYPE_CHECKING:  # importlib.resources.abc is 3.11+; only the annotations name it
+    from importlib.resources.abc import Traversable
 
 PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_.]*)\}")
 # Values a text template may name besides the namespaces (filled in by the finding itself).
@@ -39,8 +42,9 @@ class Rule:
     """One validated rule; ``spec`` is the parsed YAML (see rules/README.md for the fields)."""
 
     id: str
-    source: Path
+    source: Traversable  # a Path for user rules; inside the installed package for the shipped ones
     spec: dict[str, Any]
+    builtin: bool = False
 
     @property
     def title(self) -> str:
@@ -50,18 +54,14 @@ class Rule:
     def scope(self) -> str:
         return self.spec.get("scope", "rank")
 
-    @property
-    def builtin(self) -> bool:
-        return self.source.parent == builtin_dir()
 
-
-def builtin_dir() -> Path:
-    """The shipped catalog: the ``perfdoctor.rules`` resource package of an installed wheel, or the
-    ``rules/`` folder of a source checkout (editable installs do not map it into the package)."""
-    try:
-        return Path(str(resources.files("perfdoctor.rules")))
-    except ModuleNotFoundError:
-        return Path(__file__).resolve().parents[2] / "rules"
+def builtin_dir() -> Traversable:
+    """The shipped catalog, read as a Traversable so that it works from a wheel, a zip or an editable
+    install: ``rules/`` inside the installed package, or the top-level ``rules/`` of a source checkout.
+    (Reached from the regular package ``perfdoctor``: the namespace package ``perfdoctor.rules`` is a
+    MultiplexedPath, which is no directory once zipped and whose ``str`` is no path.)"""
+    shipped = resources.files("perfdoctor").joinpath("rules")
+    return shipped if shipped.is_dir() else Path(__file__).resolve().parents[2] / "rules"
 
 # libyaml's safe loader when PyYAML was built with it (10x faster on the catalog); same safe subset.
 _SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -69,8 +69,8 @@ _SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 @cache
 def _validator() -> Draft202012Validator:
-    schema_path = Path(__file__).resolve().parents[1] / "schema" / "rule.schema.json"
-    return Draft202012Validator(json.loads(schema_path.read_text()))
+    schema = resources.files("perfdoctor").joinpath("schema", "rule.schema.json").read_text(encoding="utf-8")
+    return Draft202012Validator(json.loads(schema))
 
 
 @cache
@@ -83,7 +83,8 @@ def known_metrics() -> frozenset[str]:
 
 def load_rules(extra_dirs: list[Path | str] | None = None) -> list[Rule]:
     """The shipped rules plus those of ``extra_dirs``, sorted by id; raises :class:`RuleError`."""
-    files = sorted(builtin_dir().glob("*.yaml"))
+    shipped = sorted((f for f in builtin_dir().iterdir() if f.name.endswith(".yaml")), key=lambda f: f.name)
+    files: list[tuple[Traversable, bool]] = [(f, True) for f in shipped]
     for d in extra_dirs or []:
         d = Path(d)
         if not d.is_dir():
@@ -91,10 +92,10 @@ def load_rules(extra_dirs: list[Path | str] | None = None) -> list[Rule]:
         found = sorted(d.glob("*.yaml")) + sorted(d.glob("*.yml"))
         if not found:
             raise RuleError(f"{d}: no *.yaml rule files")
-        files.extend(found)
+        files.extend((f, False) for f in found)
     rules: dict[str, Rule] = {}
-    for path in files:
-        rule = load_rule(path)
+    for path, builtin in files:
+        rule = load_rule(path, builtin)
         if rule.id in rules:
             raise RuleError(f"{path}: id: duplicate rule id {rule.id!r} (also {rules[rule.id].source})")
         rules[rule.id] = rule
@@ -106,7 +107,7 @@ def load_rules(extra_dirs: list[Path | str] | None = None) -> list[Rule]:
     return sorted(rules.values(), key=lambda r: r.id)
 
 
-def load_rule(path: Path) -> Rule:
+def load_rule(path: Traversable, builtin: bool = False) -> Rule:
     """Parse and validate one rule file."""
     try:
         text = path.read_text(encoding="utf-8")
@@ -124,8 +125,9 @@ def load_rule(path: Path) -> Rule:
     if error is not None:
         field = ".".join(str(p) for p in error.absolute_path) or "<top>"
         raise RuleError(f"{path}: {field}: {_short(error.message)}")
-    if spec["id"] != path.stem:
-        raise RuleError(f"{path}: id: {spec['id']!r} does not match the file name ({path.stem!r})")
+    stem = Path(path.name).stem
+    if spec["id"] != stem:
+        raise RuleError(f"{path}: id: {spec['id']!r} does not match the file name ({stem!r})")
     for field, name in _names(spec):
         if problem := _name_problem(name):
             raise RuleError(f"{path}: {field}: {problem}")
@@ -137,7 +139,7 @@ def load_rule(path: Path) -> Rule:
         raise RuleError(f"{path}: {field}: {problem}")
     if spec.get("ranks_from") and spec.get("scope", "rank") != "run":
         raise RuleError(f"{path}: ranks_from: only meaningful with scope: run")
-    return Rule(id=spec["id"], source=path, spec=spec)
+    return Rule(id=spec["id"], source=path, spec=spec, builtin=builtin)
 
 
 def _short(message: str) -> str:

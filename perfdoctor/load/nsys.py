@@ -307,8 +307,13 @@ def _integers(raw: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
 
 
 def _select(db: SqliteExport, table: str, wanted: dict[str, str]) -> dict[str, str]:
-    """Keep the requested columns that exist in this schema version (others become NULL)."""
+    """Keep the requested columns that exist in this schema version (others become NULL); an event
+    table without its start or end times cannot be read at all."""
     cols = db.columns(table)
+    for required in ("start", "end"):
+        if cols and wanted.get(required) and wanted[required] not in cols:
+            raise InputError(f"{db.path}: table {table} has no {wanted[required]!r} column: not an nsys export "
+                             "perfdoctor can read")
     return {out: (src if src in cols else "NULL") for out, src in wanted.items()}
 
 

@@ -11,31 +11,36 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from perfdoctor.load.discover import KINETO_SUFFIXES, discover, discover_snapshots
+from perfdoctor.load.discover import discover, discover_snapshots, is_kineto
 from perfdoctor.load.kineto import load_kineto
 from perfdoctor.load.labels import config_mark, rank_mark
 from perfdoctor.load.memsnap import MemorySnapshot, load_snapshot, rank_from_name
 from perfdoctor.load.nsys import load_export
+from perfdoctor.load.run_identity import check_one_run
 from perfdoctor.model import Run, Timeline
 
 RANK_ENV_VARS = ("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
 
 
-def load_run(paths: list[Path], config: dict[str, Any] | None = None) -> Run:
-    """Read all inputs; ``config`` holds values given on the command line (they win over marks)."""
+def load_run(paths: list[Path], config: dict[str, Any] | None = None,
+             config_sources: dict[str, str] | None = None, allow_mixed: bool = False) -> Run:
+    """Read all inputs; ``config`` holds values given by the user (they win over marks), each from
+    ``config_sources[key]`` ("cli" unless said: "config-file" for --config). Inputs that are several
+    captures are refused unless ``allow_mixed`` (perfdoctor.load.run_identity)."""
     traces, timelines = [], []
     exports = discover(paths)
     snapshots = [load_snapshot(p) for p in discover_snapshots(paths)]  # small next to traces: fail fast
     for path in exports:
-        info, tls = load_kineto(path) if path.name.endswith(KINETO_SUFFIXES) else load_export(path)
+        info, tls = load_kineto(path) if is_kineto(path) else load_export(path)
         traces.append(info)
         timelines.extend(tls)
     run = Run(traces=traces, timelines=timelines)
     for info in traces:
         run.warnings.extend(f"{info.path.name}: {w}" for w in info.warnings)
+    check_one_run(run, paths, allow_mixed)
     _assign_ranks(run)
     _attach_snapshots(run, snapshots)
-    _merge_config(run, config or {})
+    _merge_config(run, config or {}, config_sources or {})
     return run
 
 
@@ -93,7 +98,7 @@ def _env_rank(tl: Timeline) -> int | None:
     return None
 
 
-def _merge_config(run: Run, cli: dict[str, Any]) -> None:
+def _merge_config(run: Run, cli: dict[str, Any], sources: dict[str, str]) -> None:
     for tl in run.timelines:
         for key, value in config_mark(tl).items():
             if key not in run.config:
@@ -107,4 +112,4 @@ def _merge_config(run: Run, cli: dict[str, Any]) -> None:
     for key, value in cli.items():
         if value is not None:
             run.config[key] = value
-            run.config_sources[key] = "cli"
+            run.config_sources[key] = sources.get(key, "cli")

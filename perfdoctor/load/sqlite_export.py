@@ -15,6 +15,7 @@ read-write connection could roll that journal back into the user's file).
 
 from __future__ import annotations
 
+import re
 import sqlite3
 import urllib.parse
 from collections.abc import Mapping
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from perfdoctor.errors import InputError
+from perfdoctor.load.file_kind import not_sqlite_reason
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -56,7 +58,7 @@ class SqliteExport:
         except OSError as exc:
             raise InputError(f"{path}: cannot read ({exc.strerror})") from None
         if head != SQLITE_MAGIC:
-            raise InputError(f"{path}: not an SQLite file (export the report with `nsys export --type sqlite`)")
+            raise InputError(f"{path}: {not_sqlite_reason(path)}")
         for suffix in ("-journal", "-wal"):
             side = path.with_name(path.name + suffix)
             if side.exists() and side.stat().st_size > 0:
@@ -82,21 +84,33 @@ class SqliteExport:
         try:
             return self.conn.execute(sql, params).fetchall()
         except sqlite3.DatabaseError as exc:
-            raise InputError(f"{self.path}: corrupt or truncated SQLite file ({exc})") from None
+            raise InputError(self._read_error(str(exc))) from None
 
     def read(self, table: str, columns: Mapping[str, str], where: str | None = None) -> pd.DataFrame:
         """Bulk-read ``table`` into a DataFrame whose columns are the keys of ``columns``.
 
         ``columns`` maps output name → SQL expression over the table's columns (usually a plain column
-        name). Missing tables give an empty frame with the requested columns.
+        name). Missing tables give an empty frame with the requested columns. An expression ``NULL``
+        (an optional column this export lacks) becomes an all-NaN column added after the read:
+        connectorx cannot type a NULL literal, and a valid export without an optional column is not a
+        corrupt file.
         """
+        import numpy as np
         import pandas as pd
 
         if table not in self.tables:
             return pd.DataFrame({name: pd.Series(dtype="int64") for name in columns})
-        select = ", ".join(f"{expr} AS {name}" for name, expr in columns.items())
-        sql = f"SELECT {select} FROM [{table}]" + (f" WHERE {where}" if where else "")
-        return self._read_sql(sql)
+        present = {name: expr for name, expr in columns.items() if expr.strip().upper() != "NULL"}
+        filter_ = f" WHERE {where}" if where else ""
+        if present:
+            select = ", ".join(f"{expr} AS {name}" for name, expr in present.items())
+            frame = self._read_sql(f"SELECT {select} FROM [{table}]{filter_}")
+        else:
+            rows = self.query(f"SELECT COUNT(*) FROM [{table}]{filter_}")[0][0]
+            frame = pd.DataFrame(index=pd.RangeIndex(rows))
+        for name in columns.keys() - present.keys():
+            frame[name] = np.full(len(frame), np.nan)
+        return frame
 
     def _read_sql(self, sql: str) -> pd.DataFrame:
         import connectorx
@@ -108,9 +122,16 @@ class SqliteExport:
             if isinstance(exc, (KeyboardInterrupt, SystemExit)):
                 raise
             msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            raise InputError(f"{self.path}: corrupt or truncated SQLite file ({msg})") from None
+            raise InputError(self._read_error(msg)) from None
         # split_blocks: one block per column, no consolidation copy into 2-D blocks.
         return arrow.to_pandas(split_blocks=True, self_destruct=True)
+
+    def _read_error(self, message: str) -> str:
+        """A failed read as one line: a column this file lacks is a schema mismatch, not corruption."""
+        if match := re.search(r"no such column: ([\w.\[\]\"]+)", message):
+            return (f"{self.path}: readable SQLite file without the column {match.group(1)} that perfdoctor "
+                    "needs (not an nsys export, or from an nsys release whose schema perfdoctor does not know)")
+        return f"{self.path}: corrupt or truncated SQLite file ({message})"
 
     def close(self) -> None:
         self.conn.close()

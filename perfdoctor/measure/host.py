@@ -60,7 +60,7 @@ def host_gaps(tl: Timeline, steps: Steps, busy: iv.Intervals) -> HostGaps:
                         (steps.starts, step_ends))
     g0, g1 = gaps
     if not g0.size:
-        return HostGaps(by_cause, device_wait, device_wait.copy(), iv.EMPTY)
+        return HostGaps(by_cause, device_wait, device_wait.copy(), iv.EMPTY, sync_host=device_wait.copy())
     step_of = np.clip(np.searchsorted(steps.starts, g0, side="right") - 1, 0, n - 1)
     length = (g1 - g0).astype(np.float64)
 

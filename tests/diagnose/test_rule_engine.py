@@ -52,7 +52,7 @@ def _write(d: Path, spec, name: str | None = None) -> Path:
 def test_catalog_has_every_contract_id(catalog):
     assert set(REQUIRED) <= set(catalog)
     for rule in catalog.values():
-        assert rule.builtin and rule.source.stem == rule.id
+        assert rule.builtin and rule.source.name == f"{rule.id}.yaml"
 
 
 @pytest.mark.parametrize(("change", "field", "problem"), [
