@@ -17,12 +17,12 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 
 from perfdoctor.diagnose.conditions import NAMESPACES
 from perfdoctor.errors import InputError
+from perfdoctor.safe_yaml import load_yaml_file
 
 PLACEHOLDER = re.compile(r"\{([A-Za-z_][A-Za-z0-9_.]*)\}")
 # Values a text template may name besides the namespaces (filled in by the finding itself).
@@ -61,9 +61,6 @@ def builtin_dir() -> Path:
         return Path(str(resources.files("perfdoctor.rules")))
     except ModuleNotFoundError:
         return Path(__file__).resolve().parents[2] / "rules"
-
-# libyaml's safe loader when PyYAML was built with it (10x faster on the catalog); same safe subset.
-_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 @cache
@@ -106,16 +103,7 @@ def load_rules(extra_dirs: list[Path | str] | None = None) -> list[Rule]:
 
 def load_rule(path: Path) -> Rule:
     """Parse and validate one rule file."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise RuleError(f"{path}: cannot read ({getattr(exc, 'strerror', None) or exc})") from None
-    try:
-        spec = yaml.load(text, Loader=_SAFE_LOADER)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}" if mark else "<yaml>"
-        raise RuleError(f"{path}: {where}: not valid YAML ({getattr(exc, 'problem', None) or exc})") from None
+    spec = load_yaml_file(path, error=RuleError)  # bounded: size, depth, aliases, regular files only
     if not isinstance(spec, dict):
         raise RuleError(f"{path}: <top>: a rule file must be a mapping")
     error = best_match(_validator().iter_errors(spec))
