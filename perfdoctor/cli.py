@@ -171,7 +171,9 @@ def explain(
     catalog = {r.id: r for r in load_rules(rules)}
     if rule_id not in catalog:
         raise UsageError(f"unknown rule {rule_id!r} (see `perfdoctor rules`)")
-    _emit(explain_text(catalog[rule_id]), None)
+    from perfdoctor.render.escape import terminal_text
+
+    _emit(terminal_text(explain_text(catalog[rule_id])), None)  # rule texts are user text
 
 
 @app.command()

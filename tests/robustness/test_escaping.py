@@ -107,3 +107,6 @@ def test_rule_texts_are_not_markup_nor_control_codes(tmp_path, title):
     assert not CONTROL.search(result.out.replace("\n", ""))
     shown = " ".join(result.out.split())
     assert terminal_text(title).split()[0] in shown
+    explained = perfdoctor("explain", "my-gc", "--rules", rules)
+    assert explained.code == 0, explained.err
+    assert not CONTROL.search(explained.out.replace("\n", "")) and terminal_text(title) in explained.out
