@@ -382,7 +382,6 @@ def main() -> None:
     interrupts.install()
     try:
         code = app(standalone_mode=False)
-        flush_stdout()
     except PerfdoctorError as exc:
         _fail(str(exc), exc.exit_code)
     except typer.Exit as exc:
@@ -407,6 +406,10 @@ def _exit_interrupted_or(code: int) -> None:
 
     if interrupts.received():
         _fail("interrupted", 130)
+    try:
+        flush_stdout()
+    except UsageError as exc:
+        _fail(str(exc), exc.exit_code)
     sys.exit(code)
 
 
