@@ -1,6 +1,7 @@
-"""Seeded fuzzing of real and simulated nsys exports: byte flips, truncations and column values of the
-wrong type, each analysed in a box (timeout, address-space limit). Every case must end in exit 0 or
-a one-line exit 2: no traceback, no crash, no hang, no bomb, and the input file never modified.
+"""Seeded fuzzing of real and simulated nsys exports: byte flips, truncations, column values of the
+wrong type and names that are not UTF-8, each analysed in a box (timeout, address-space limit). Every
+case must end in exit 0 or a one-line exit 2: no traceback, no crash, no hang, no bomb, and the input
+file never modified.
 
 The run has a fixed budget (FUZZ_CASES cases or FUZZ_BUDGET_S seconds, whichever ends first) so CI
 stays within minutes; the seed is fixed so a failure reproduces, and PERFDOCTOR_FUZZ_SEED explores
@@ -56,7 +57,8 @@ def _truncate(path: Path, rng: random.Random) -> str:
 def _retype(path: Path, rng: random.Random) -> str:
     with sqlite3.connect(path) as conn:
         tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
-        table = rng.choice(tables)
+        metadata = [t for t in tables if t.startswith(("META_DATA", "TARGET_INFO"))]  # few rows, all read
+        table = rng.choice(metadata if metadata and rng.random() < 0.5 else tables)
         columns = [r[1] for r in conn.execute(f"PRAGMA table_info([{table}])")]
         column, value = rng.choice(columns), rng.choice(WRONG_VALUES)
         share = rng.choice(["rowid = (SELECT min(rowid) FROM [{t}])", "rowid % 7 = 0", "1"]).format(t=table)
@@ -68,7 +70,26 @@ def _retype(path: Path, rng: random.Random) -> str:
     return f"{table}.{column} = {value} where {share}"
 
 
-MUTATIONS = [_flip, _truncate, _retype]
+def _undecodable_name(path: Path, rng: random.Random) -> str:
+    """A table or column name that is not UTF-8 (SQLite stores names as bytes)."""
+    with sqlite3.connect(path) as conn:
+        conn.execute("PRAGMA writable_schema = ON")
+        tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+        table = rng.choice(tables)
+        if rng.random() < 0.5:
+            conn.execute("UPDATE sqlite_master SET name = CAST(? AS TEXT), tbl_name = CAST(? AS TEXT) WHERE name = ?",
+                         (table.encode()[:-1] + b"\xff", table.encode()[:-1] + b"\xff", table))
+            what = f"table {table} renamed to invalid UTF-8"
+        else:
+            column = rng.choice([r[1] for r in conn.execute(f"PRAGMA table_info([{table}])")])
+            conn.execute("UPDATE sqlite_master SET sql = replace(sql, ?, CAST(? AS TEXT)) WHERE name = ?",
+                         (column, column.encode()[:-1] + b"\xff", table))
+            what = f"column {table}.{column} renamed to invalid UTF-8"
+    conn.close()
+    return what
+
+
+MUTATIONS = [_flip, _truncate, _retype, _retype, _undecodable_name]
 
 
 def _cases() -> list[tuple[Path, int]]:
