@@ -19,6 +19,7 @@ from typer.exceptions import TyperException
 
 from perfdoctor import __version__
 from perfdoctor.errors import PerfdoctorError, UsageError
+from perfdoctor.outputs import check_outputs, flush_stdout, stdout_error, write_stdout, write_text
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -109,6 +110,8 @@ def analyze(
     from perfdoctor.load.config_file import user_config
     from perfdoctor.render.terminal import analysis_progress
 
+    check_outputs({"--output": output, "--html": html, "--markdown": markdown},
+                  [*paths, *(rules or []), *([config_file] if config_file else [])])
     config, sources = user_config(config_file, {"tp": tp, "pp": pp, "vpp": vpp, "cp": cp, "dp": dp, "ep": ep,
                                                 "num_microbatches": num_microbatches})
     with analysis_progress() as progress:
@@ -158,15 +161,17 @@ def list_rules(
     if output_format is RulesFormat.json:
         _emit(json.dumps(rows, indent=2) + "\n", None)
         return
-    from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
+
+    from perfdoctor.render.escape import safe_console
 
     table = Table(title=f"{len(rows)} rules (perfdoctor explain RULE for details)")
     for column in ("rule", "scope", "title"):
         table.add_column(column, overflow="fold")
     for row in rows:
-        table.add_row(row["id"] + ("" if row["builtin"] else " (user)"), row["scope"], row["title"])
-    Console().print(table)
+        table.add_row(Text(row["id"] + ("" if row["builtin"] else " (user)")), Text(row["scope"]), Text(row["title"]))
+    _print_rich(lambda console, to_file: console.print(table), None)
 
 
 @app.command()
@@ -182,7 +187,9 @@ def explain(
     catalog = {r.id: r for r in load_rules(rules)}
     if rule_id not in catalog:
         raise UsageError(f"unknown rule {rule_id!r} (see `perfdoctor rules`)")
-    _emit(explain_text(catalog[rule_id]), None)
+    from perfdoctor.render.escape import terminal_text
+
+    _emit(terminal_text(explain_text(catalog[rule_id])), None)  # rule texts are user text
 
 
 @app.command()
@@ -209,6 +216,8 @@ def diff(
 
     if fail_on_regression is not None and fail_on_regression < 0:
         raise UsageError("--fail-on-regression must be a percentage >= 0")
+    check_outputs({"--output": output, "--html": html, "--markdown": markdown},
+                  [base, head, *([config_file] if config_file else [])])
     config, sources = user_config(config_file, {})
     d = api.diff(base, head, config, config_sources=sources, allow_mixed=allow_mixed)
     if html is not None:
@@ -260,8 +269,9 @@ def memory(
     """
     from perfdoctor import __version__, api
 
-    if device_memory is not None and device_memory <= 0:
-        raise UsageError("--device-memory must be a positive number of GiB")
+    if device_memory is not None and not 0 < device_memory < 1 << 20:
+        raise UsageError("--device-memory must be a positive, finite number of GiB")
+    check_outputs({"--output": output}, paths)
     total = int(device_memory * (1 << 30)) if device_memory is not None else None
     measurements = api.memory(paths, device_total_bytes=total, device=device)
     if output_format is OutputFormat.json:
@@ -374,43 +384,46 @@ def _write_reports(report, html: Path | None, markdown: Path | None, plotly_js: 
         _emit(render_markdown(report), markdown)
 
 
-def _open_output(path: Path):
-    try:
-        return path.open("w", encoding="utf-8")
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot write ({exc.strerror})") from None
-
-
 def _print_rich(draw: Callable[[Console, bool], None], output: Path | None) -> None:
     """Draw rich output on the terminal, or into ``output`` as plain text 120 columns wide;
     ``draw(console, to_file)``."""
-    from rich.console import Console
+    import io
+
+    from perfdoctor.render.escape import safe_console
 
     if output is None:
-        draw(Console(), False)
+        if sys.stdout is None:
+            raise UsageError("stdout is closed: give --output FILE")
+        try:
+            draw(safe_console(), False)
+        except OSError as exc:
+            raise stdout_error(exc) from None
         return
-    with _open_output(output) as fh:
-        draw(Console(file=fh, width=120, no_color=True), True)
+    buffer = io.StringIO()
+    draw(safe_console(file=buffer, width=120, no_color=True), True)
+    write_text(output, buffer.getvalue())
 
 
 def _emit(text: str, output: Path | None) -> None:
     if output is None:
-        sys.stdout.write(text)
-        return
-    with _open_output(output) as fh:
-        fh.write(text)
+        write_stdout(text)
+    else:
+        write_text(output, text)
 
 
 def main() -> None:
     """Console entry point: one line on stderr and the right exit code for every failure."""
+    from perfdoctor import interrupts
+
+    interrupts.install()
     try:
         code = app(standalone_mode=False)
     except PerfdoctorError as exc:
         _fail(str(exc), exc.exit_code)
     except typer.Exit as exc:
-        sys.exit(exc.exit_code)
-    except typer.Abort:
-        _fail("aborted", 130)
+        _exit_interrupted_or(exc.exit_code)
+    except (typer.Abort, KeyboardInterrupt):
+        _fail("interrupted", 130)
     except TyperException as exc:  # usage errors (typer's bundled click) carry their own exit code
         if type(exc).__name__ == "NoArgsIsHelpError":
             exc.show()  # prints the help, as click does
@@ -420,7 +433,20 @@ def main() -> None:
         if os.environ.get("PERFDOCTOR_DEBUG"):
             raise
         _fail(f"internal error: {type(exc).__name__}: {exc} (set PERFDOCTOR_DEBUG=1 for a traceback)", 3)
-    sys.exit(code if isinstance(code, int) else 0)
+    _exit_interrupted_or(code if isinstance(code, int) else 0)
+
+
+def _exit_interrupted_or(code: int) -> None:
+    """Exit with ``code``, or 130 when a Ctrl-C was swallowed on the way (see perfdoctor.interrupts)."""
+    from perfdoctor import interrupts
+
+    if interrupts.received():
+        _fail("interrupted", 130)
+    try:
+        flush_stdout()
+    except UsageError as exc:
+        _fail(str(exc), exc.exit_code)
+    sys.exit(code)
 
 
 def _fail(message: str, code: int) -> None:

@@ -17,7 +17,6 @@ improved beyond noise; otherwise it is listed as gone but not resolved, with the
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import statistics
@@ -28,6 +27,7 @@ from typing import Any
 from perfdoctor.diff_basis import Basis, choose_basis, is_total, work_note
 from perfdoctor.errors import InputError
 from perfdoctor.load.file_kind import foreign_format
+from perfdoctor.safe_yaml import load_json_file
 
 K = 3.0  # noise multiples a delta must exceed
 REL_FLOOR = 0.02  # of the larger of the two values
@@ -43,6 +43,7 @@ WORSE_IF_HIGHER = re.compile(r"^(step\.time|work\.unit_ms|comm\.(\w+\.)?exposed|
 BETTER_IF_HIGHER = re.compile(r"^(mfu|model\.tflops|gpu\.busy)")
 NOT_COMPARED = ("ranks.slowest", "pipeline.bubble_fraction_theory")
 UNIT_TIME = "work.unit_ms"  # per unit of work (perfdoctor.diff_basis): wall time per unit, in place of step time
+MAX_REPORT_BYTES = 256 << 20  # a saved report of a 1,000-rank run is a few MB
 
 
 @dataclass(frozen=True)
@@ -284,17 +285,48 @@ def read_report(path: Path) -> dict[str, Any] | None:
     try:
         with path.open("rb") as fh:
             head = fh.read(64).lstrip()
-        if not head.startswith(b"{"):
-            return None
-        from perfdoctor.load.kineto import is_kineto
+    except OSError as exc:
+        raise InputError(f"{path}: not a readable JSON report ({exc.strerror or exc})") from None
+    if not head.startswith(b"{"):
+        return None
+    from perfdoctor.load.kineto import is_kineto
 
-        if is_kineto(path):  # a PyTorch profiler trace: analysed like any other trace
-            return None
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(f"{path}: not a readable JSON report ({exc})") from None
+    if is_kineto(path):  # a PyTorch profiler trace: analysed like any other trace
+        return None
+    data = load_json_file(path, MAX_REPORT_BYTES)
     if not isinstance(data, dict) or "schema_version" not in data or not isinstance(data.get("metrics"), dict):
-        raise InputError(f"{path}: {foreign_format(path) or 'JSON but not a perfdoctor report (no schema_version/metrics)'}")
+        why = foreign_format(path) or "JSON but not a perfdoctor report (no schema_version/metrics)"
+        raise InputError(f"{path}: {why}")
     if str(data["schema_version"]) != "1":
         raise InputError(f"{path}: report schema_version {data['schema_version']!r} is not supported (expected '1')")
+    if problem := _shape_problem(data):
+        raise InputError(f"{path}: not a perfdoctor report: {problem}")
     return data
+
+
+def _shape_problem(report: dict[str, Any]) -> str | None:
+    """What in a saved report has a shape :func:`compare` cannot use (a hand-edited or foreign
+    file), or None. Only the parts compare reads are checked."""
+    def kind(value: Any, expected: type, where: str) -> str | None:
+        return None if isinstance(value, expected) else f"{where} must be {_KIND[expected]}"
+
+    checks = [kind(report["metrics"].get("all", {}), dict, "metrics.all"),
+              kind(report.get("series") or {}, dict, "series"),
+              kind(report.get("findings") or [], list, "findings"),
+              kind(report.get("steps") or {}, dict, "steps"),
+              kind(report.get("run") or {}, dict, "run")]
+    if problem := next((c for c in checks if c), None):
+        return problem
+    for rank, series in (report.get("series") or {}).items():
+        if not isinstance(series, dict) or not all(isinstance(v, list) for v in series.values()):
+            return f"series.{rank} must be an object of lists"
+    for i, finding in enumerate(report.get("findings") or []):
+        if not isinstance(finding, dict) or not isinstance(finding.get("rule"), (str, type(None))):
+            return f"findings.{i} must be an object with a string rule"
+    count = (report.get("steps") or {}).get("count")
+    if count is not None and not _number(count):
+        return "steps.count must be a number"
+    return None
+
+
+_KIND = {dict: "an object", list: "a list"}

@@ -67,6 +67,10 @@ def load_export(path: str | Path) -> tuple[TraceInfo, list[Timeline]]:
     try:
         info = read_trace_info(db)
         timelines = read_timelines(db, info)
+    except (TypeError, ValueError, AttributeError, OverflowError, KeyError, IndexError) as exc:
+        # The readers trust the column types nsys writes; an edited or damaged export (text where an
+        # integer belongs, a blob for a name, a key missing) is bad input, not a perfdoctor bug.
+        raise InputError(f"{path}: unexpected values in the export ({type(exc).__name__}: {exc})") from None
     finally:
         db.close()
     return info, timelines

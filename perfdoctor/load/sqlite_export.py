@@ -41,7 +41,7 @@ class SqliteExport:
         try:
             self.conn = sqlite3.connect(uri, uri=True)
             rows = self.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
-        except sqlite3.DatabaseError as exc:
+        except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:  # names are decoded as UTF-8
             raise InputError(f"{path}: not a readable SQLite database ({exc})") from None
         self.tables: frozenset[str] = frozenset(r[0] for r in rows)
         self._columns: dict[str, tuple[str, ...]] = {}
@@ -72,7 +72,7 @@ class SqliteExport:
         if table not in self.tables:
             return ()
         if table not in self._columns:
-            rows = self.conn.execute(f"PRAGMA table_info([{table}])").fetchall()
+            rows = self.query(f"PRAGMA table_info([{table}])")
             self._columns[table] = tuple(r[1] for r in rows)
         return self._columns[table]
 
@@ -83,7 +83,7 @@ class SqliteExport:
         """Small reads through the read-only connection (metadata tables, counts)."""
         try:
             return self.conn.execute(sql, params).fetchall()
-        except sqlite3.DatabaseError as exc:
+        except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
             raise InputError(self._read_error(str(exc))) from None
 
     def read(self, table: str, columns: Mapping[str, str], where: str | None = None) -> pd.DataFrame:

@@ -86,10 +86,13 @@ def _held_by(norm_start: np.ndarray, ready: np.ndarray, c_start: np.ndarray, c_e
     """Whether NCCL activity covered [ready, start − slack] without a break and ended just before
     the norm started; and the row of the NCCL kernel that ended last before the norm."""
     cover = iv.union(c_start, c_end)
-    k = np.searchsorted(cover[0], ready, side="right") - 1
-    kk = np.maximum(k, 0)
-    gap = norm_start - cover[1][kk]
-    held = (k >= 0) & (ready < cover[1][kk]) & (gap >= 0) & (gap <= START_SLACK_NS)
+    if cover[0].size:
+        k = np.searchsorted(cover[0], ready, side="right") - 1
+        kk = np.maximum(k, 0)
+        gap = norm_start - cover[1][kk]
+        held = (k >= 0) & (ready < cover[1][kk]) & (gap >= 0) & (gap <= START_SLACK_NS)
+    else:  # every NCCL kernel has zero length: nothing covers any wait
+        held = np.zeros(norm_start.size, dtype=bool)
     by_end = np.argsort(c_end, kind="stable")
     last = np.searchsorted(c_end[by_end], norm_start, side="right") - 1
     return held, np.where(last >= 0, c_rows[by_end[np.maximum(last, 0)]], -1)

@@ -1,13 +1,15 @@
 """``perfdoctor diff`` as GitHub-flavoured Markdown for a PR comment: verdict, findings, then metrics.
 
 Only significant deltas are listed in the open; the full table is collapsed. User strings go
-through :func:`perfdoctor.render.markdown.md`.
+through :mod:`perfdoctor.render.escape` (metric keys of saved
+reports too: they are user data).
 """
 
 from __future__ import annotations
 
 from perfdoctor.diff import Diff, MetricDelta
-from perfdoctor.render.markdown import MAX_CHARS, md
+from perfdoctor.render.escape import code_span, md
+from perfdoctor.render.markdown import MAX_CHARS
 
 VERDICT_ICON = {"worse": "🔺", "better": "✅", "changed": "↔️", "same": ""}
 
@@ -93,7 +95,7 @@ def _table(rows: list[MetricDelta]) -> list[str]:
     out = ["| metric | base | head | delta | noise ± | verdict |", "|---|---:|---:|---:|---:|---|"]
     for m in rows:
         noise = "–" if m.noise is None else f"{m.noise:,.4g}"
-        out.append(f"| `{m.key}` | {m.base:,.4g} | {m.head:,.4g} | {m.delta:+,.4g} ({_signed_pct(m)}) | {noise} | "
+        out.append(f"| {code_span(m.key)} | {m.base:,.4g} | {m.head:,.4g} | {m.delta:+,.4g} ({_signed_pct(m)}) | {noise} | "
                    f"{VERDICT_ICON[m.verdict]} {m.verdict} |")
     return out
 

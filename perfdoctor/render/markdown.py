@@ -2,36 +2,20 @@
 
 A PR comment holds at most 65,536 characters; the report stays under ``MAX_CHARS`` by cutting the
 longest tables first and saying so. GitHub renders HTML inside Markdown, so every user string
-(kernel names, paths, NVTX text, environment values) goes through :func:`md` (HTML-escaped, Markdown
-punctuation backslash-escaped) or into a code block fenced longer than any backtick run it contains.
+(kernel names, paths, NVTX text, environment values) goes through :mod:`perfdoctor.render.escape`:
+:func:`md` (HTML-escaped, Markdown punctuation backslash-escaped, mentions broken), a code span or a
+code block fenced longer than any backtick run it contains.
 """
 
 from __future__ import annotations
 
-import html
-import re
-from typing import Any
-
 from perfdoctor.model import Report
 from perfdoctor.render import summary as sm
+from perfdoctor.render.escape import code_block, code_span, md
 from perfdoctor.render.snippets import knob_snippets
 
 MAX_CHARS = 60_000
-_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+!|~>-])")
 SEVERITY_ICON = {"high": "🔴", "medium": "🟠", "low": "🔵", "info": "⚪"}
-
-
-def md(text: Any) -> str:
-    """A user string as inert Markdown text on one line."""
-    escaped = html.escape(str(text), quote=False).replace("\r", " ").replace("\n", " ")
-    return _MD_SPECIAL.sub(r"\\\1", escaped)
-
-
-def code_block(code: str, language: str = "") -> str:
-    """A fenced block whose fence is longer than any backtick run inside it."""
-    longest = max((len(m) for m in re.findall(r"`+", code)), default=0)
-    fence = "`" * max(3, longest + 1)
-    return f"{fence}{language}\n{code}\n{fence}"
 
 
 def render_markdown(report: Report, title: str | None = None) -> str:
@@ -61,7 +45,7 @@ def _render(report: Report, title: str | None, top_kernels: int, per_rank: bool)
         out += _details("Top kernels", _kernels(report, top_kernels))
     if report.warnings:
         out += _details(f"Warnings ({len(report.warnings)})", [f"- {md(w)}" for w in report.warnings])
-    inputs = [f"- `{_code_span(str(t.path))}` · " + (md(t.producer) if t.format != "nsys-sqlite" else
+    inputs = [f"- {code_span(t.path)} · " + (md(t.producer) if t.format != "nsys-sqlite" else
               f"nsys {md(t.nsys_version or '?')} · export schema {md(t.schema_version or '?')}")
               for t in report.run.traces]
     out += _details("Inputs", inputs)
@@ -170,11 +154,7 @@ def _kernels(report: Report, n: int) -> list[str]:
             acc[1] += k["ns"]
     rows = sorted(merged.items(), key=lambda kv: -kv[1][1])[:n]
     out = ["| kernel | category | count | ms |", "|---|---|---:|---:|"]
-    out += [f"| `{_code_span(name[:160])}` | {md(cat)} | {cnt:,} | {ns / 1e6:,.2f} |"
+    out += [f"| {code_span(name[:160])} | {md(cat)} | {cnt:,} | {ns / 1e6:,.2f} |"
             for (name, cat), (cnt, ns) in rows]
     return out
 
-
-def _code_span(text: str) -> str:
-    """Text for a single-backtick code span inside a table: no backticks, no pipes, no newlines."""
-    return text.replace("`", "'").replace("|", "¦").replace("\n", " ").replace("\r", " ")

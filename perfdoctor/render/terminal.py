@@ -12,11 +12,13 @@ from contextlib import contextmanager
 from rich.console import Console, Group
 from rich.panel import Panel
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
 from perfdoctor.model import DeviceSummary, Report
 from perfdoctor.render import summary as sm
+from perfdoctor.render.escape import safe_console
 from perfdoctor.render.snippets import knob_snippets
 
 NS_PER_MS = 1e6
@@ -26,7 +28,7 @@ NS_PER_MS = 1e6
 def analysis_progress(console: Console | None = None) -> Iterator[Callable[[int, int, str], None] | None]:
     """A transient progress bar on stderr for ``api.analyze(progress=...)``; None (no bar) when stderr
     is not a terminal, so logs and CI output stay clean. rich honours ``NO_COLOR`` and the width."""
-    console = console or Console(stderr=True)
+    console = console or safe_console(stderr=True)
     if not console.is_terminal:
         yield None
         return
@@ -35,7 +37,7 @@ def analysis_progress(console: Console | None = None) -> Iterator[Callable[[int,
         task = bar.add_task("loading traces", total=None)
 
         def update(done: int, total: int, what: str) -> None:
-            bar.update(task, completed=done, total=total, description=what)
+            bar.update(task, completed=done, total=total, description=escape(what))  # a path is not markup
 
         yield update
 
@@ -152,7 +154,7 @@ def _categories(dev: DeviceSummary) -> Table:
     t.add_column("ms", justify="right")
     t.add_column("% of window", justify="right")
     for cat, ns in sorted(dev.category_ns.items(), key=lambda kv: -kv[1]):
-        t.add_row(cat, f"{dev.category_count.get(cat, 0):,}", f"{ns / NS_PER_MS:,.2f}", _pct(ns, span))
+        t.add_row(Text(cat), f"{dev.category_count.get(cat, 0):,}", f"{ns / NS_PER_MS:,.2f}", _pct(ns, span))
     return t
 
 
@@ -164,7 +166,7 @@ def _collectives(dev: DeviceSummary) -> Table | None:
     t.add_column("kernels", justify="right")
     t.add_column("ms", justify="right")
     for coll, v in sorted(dev.collectives.items(), key=lambda kv: -kv[1]["ns"]):
-        t.add_row(coll, f"{v['count']:,}", f"{v['ns'] / NS_PER_MS:,.2f}")
+        t.add_row(Text(coll), f"{v['count']:,}", f"{v['ns'] / NS_PER_MS:,.2f}")
     libs = ", ".join(f"{lib} ({n})" for lib, n in dev.comm_libraries.items())
     t.caption = Text(f"libraries: {libs}")
     return t

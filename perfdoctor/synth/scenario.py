@@ -16,9 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from perfdoctor.errors import InputError
+from perfdoctor.safe_yaml import load_yaml_file
 from perfdoctor.synth.gpu import GPUS
 
 # Section -> key -> (type, default, allowed values or None). The defaults form the clean baseline.
@@ -343,12 +342,5 @@ def scenario_from_dict(raw: dict[str, Any]) -> Scenario:
 def load_scenario(path: str | Path) -> Scenario:
     """Read and validate a scenario YAML file."""
     path = Path(path)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise InputError(f"cannot read scenario {path}: {exc.strerror}") from exc
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise InputError(f"scenario {path} is not valid YAML: {str(exc).splitlines()[0]}") from exc
+    raw = load_yaml_file(path)
     return scenario_from_dict(raw)
