@@ -164,7 +164,6 @@ def list_rules(
     from rich.table import Table
     from rich.text import Text
 
-    from perfdoctor.render.escape import safe_console
 
     table = Table(title=f"{len(rows)} rules (perfdoctor explain RULE for details)")
     for column in ("rule", "scope", "title"):

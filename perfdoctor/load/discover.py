@@ -39,11 +39,17 @@ def discover(paths: list[Path]) -> list[Path]:
     if not found and paths:
         raise InputError(f"{paths[0]}: only memory snapshots given; analyse them with `perfdoctor memory`, "
                          "or add the traces they belong to")
-    kinds = {is_kineto(p) for p in found}
+    kinds = {reads_as_kineto(p) for p in found}
     if len(kinds) > 1:
         raise InputError(f"{paths[0]}: mixes nsys exports and PyTorch profiler traces; their clocks and labels "
                          "cannot be combined into one run: analyse one kind at a time")
     return found
+
+
+def reads_as_kineto(path: Path) -> bool:
+    """Whether the Kineto loader reads ``path``: a ``.json``/``.json.gz`` name (its errors then speak of
+    JSON), or Kineto content under any other name."""
+    return path.name.endswith(KINETO_SUFFIXES) or is_kineto(path)
 
 
 def is_kineto(path: Path) -> bool:

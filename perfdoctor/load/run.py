@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from perfdoctor.load.discover import discover, discover_snapshots, is_kineto
+from perfdoctor.load.discover import discover, discover_snapshots, reads_as_kineto
 from perfdoctor.load.kineto import load_kineto
 from perfdoctor.load.labels import config_mark, rank_mark
 from perfdoctor.load.memsnap import MemorySnapshot, load_snapshot, rank_from_name
@@ -31,7 +31,7 @@ def load_run(paths: list[Path], config: dict[str, Any] | None = None,
     exports = discover(paths)
     snapshots = [load_snapshot(p) for p in discover_snapshots(paths)]  # small next to traces: fail fast
     for path in exports:
-        info, tls = load_kineto(path) if is_kineto(path) else load_export(path)
+        info, tls = load_kineto(path) if reads_as_kineto(path) else load_export(path)
         traces.append(info)
         timelines.extend(tls)
     run = Run(traces=traces, timelines=timelines)
