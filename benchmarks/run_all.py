@@ -1,0 +1,268 @@
+"""Run every benchmark as paired, alternating measurements against its limit and write docs/benchmarks.md.
+
+Run: ``python benchmarks/run_all.py [--reps 5] [--quick] [--out docs/benchmarks.md]``
+(``--quick`` skips the 3,000,000-kernel case). Each case times perfdoctor and its limit in the same run,
+alternating (benchmarks/paired.py), and reports medians and the median of the per-round ratios:
+
+* **start-up**: ``perfdoctor analyze`` of a real 2-GPU export vs ``python -c pass``;
+* **N kernels** (100k, 1M, 3M of benchmarks/make_big_trace.py): ``perfdoctor analyze`` vs a C-level scan
+  of the columns the analysis needs (the ``sqlite3`` shell summing them, no Python objects) and vs
+  ``nsys stats`` of the installed nsys on the same file; peak RSS of each;
+* **HTML**: ``perfdoctor analyze --html`` vs ``perfdoctor analyze`` of the 1M trace (what rendering adds).
+
+Sections owned by other benchmarks are run when their script is present (``EXTERNAL``): the script is
+called as ``python benchmarks/<script> --json RESULT.json`` and must write
+``{"title": str, "command": str, "columns": [str, ...], "rows": [[cell, ...], ...], "notes": str}``
+(``notes`` optional; cells are printed as given). A script that is missing, fails or writes no result is
+reported as such in its section, never silently dropped.
+
+The 100k ratio is also stored in benchmarks/recorded.json: tests/test_benchmark_guard.py fails when a
+fresh paired measurement is more than twice it (a gross regression, not noise).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from make_big_trace import write  # noqa: E402
+from paired import ROOT, difference, machine, paired, perfdoctor, ratio  # noqa: E402
+
+SMALL_EXPORT = ROOT / "sample_traces" / "real_h100" / "h100_2gpu_fastvideo.sqlite"
+RECORDED = ROOT / "benchmarks" / "recorded.json"
+EXTERNAL = (("Memory snapshots", "bench_memory.py"), ("Cross-rank", "bench_cross_rank.py"))
+
+# The columns `perfdoctor analyze` needs: timing, placement and identity of every kernel, CUDA call and
+# NVTX event, and the string ids that name them (not grid/block sizes, payloads or per-row names).
+NEEDED_COLUMNS = {
+    "CUPTI_ACTIVITY_KIND_KERNEL": ("start", "end", "deviceId", "streamId", "correlationId", "globalPid",
+                                   "shortName", "demangledName", "launchType"),
+    "CUPTI_ACTIVITY_KIND_RUNTIME": ("start", "end", "globalTid", "correlationId", "nameId"),
+    "NVTX_EVENTS": ("start", "end", "eventType", "globalTid", "textId", "domainId"),
+}
+
+TARGET_RATIO = 2.0
+TARGET_RSS = 600 * 10**6
+TARGET_STARTUP_S = 0.3
+MB = 10**6
+
+
+def scan_command(path: Path) -> list[str]:
+    """The limit: SQLite's own C code touching every needed value once (``total()`` of each column)."""
+    sql = "; ".join(f"SELECT {', '.join(f'total({c})' for c in cols)} FROM {table}"
+                    for table, cols in NEEDED_COLUMNS.items())
+    if shutil.which("sqlite3"):
+        return ["sqlite3", "-readonly", str(path), sql]
+    code = (f"import sqlite3; c = sqlite3.connect('file:{path}?mode=ro', uri=True)\n"
+            f"for q in {sql.split('; ')!r}: c.execute(q).fetchall()")
+    return [sys.executable, "-c", code]
+
+
+def nsys_stats_command(path: Path) -> list[str] | None:
+    nsys = shutil.which("nsys")
+    return [nsys, "stats", "-q", "--format", "csv", "--output", "-", str(path)] if nsys else None
+
+
+def nsys_version() -> str:
+    nsys = shutil.which("nsys")
+    if not nsys:
+        return "not installed"
+    out = subprocess.run([nsys, "--version"], capture_output=True, text=True).stdout.strip()
+    return out.rsplit(" ", 1)[-1] if out else "unknown"
+
+
+def startup_case(reps: int) -> dict:
+    s = paired({"perfdoctor": perfdoctor("analyze", str(SMALL_EXPORT)), "python": [sys.executable, "-c", "pass"]},
+               reps)
+    return {"perfdoctor_s": s["perfdoctor"].median_s, "python_s": s["python"].median_s,
+            "difference_s": difference(s["perfdoctor"], s["python"]), "ratio": ratio(s["perfdoctor"], s["python"]),
+            "perfdoctor_rss": s["perfdoctor"].median_rss}
+
+
+def kernels_case(path: Path, reps: int, with_nsys: bool = True) -> dict:
+    contenders = {"perfdoctor": perfdoctor("analyze", str(path)), "scan": scan_command(path)}
+    stats = nsys_stats_command(path) if with_nsys else None
+    if stats:
+        contenders["nsys"] = stats
+    s = paired(contenders, reps)
+    out = {"perfdoctor_s": s["perfdoctor"].median_s, "scan_s": s["scan"].median_s,
+           "ratio": ratio(s["perfdoctor"], s["scan"]), "perfdoctor_rss": s["perfdoctor"].median_rss,
+           "scan_rss": s["scan"].median_rss, "file_bytes": path.stat().st_size}
+    if "nsys" in s:
+        out |= {"nsys_s": s["nsys"].median_s, "vs_nsys": ratio(s["perfdoctor"], s["nsys"]),
+                "nsys_rss": s["nsys"].median_rss}
+    return out
+
+
+def html_case(path: Path, reps: int, tmp: Path) -> dict:
+    page = tmp / "report.html"
+    s = paired({"html": perfdoctor("analyze", str(path), "--html", str(page)),
+                "plain": perfdoctor("analyze", str(path))}, reps)
+    return {"html_s": s["html"].median_s, "plain_s": s["plain"].median_s, "ratio": ratio(s["html"], s["plain"]),
+            "render_s": difference(s["html"], s["plain"]), "html_rss": s["html"].median_rss,
+            "page_bytes": page.stat().st_size}
+
+
+def external_case(script: str, tmp: Path) -> dict:
+    path = ROOT / "benchmarks" / script
+    if not path.exists():
+        return {"missing": f"benchmarks/{script} is not in this checkout"}
+    result = tmp / f"{path.stem}.json"
+    proc = subprocess.run([sys.executable, str(path), "--json", str(result)], cwd=ROOT, capture_output=True,
+                          text=True)
+    if proc.returncode != 0 or not result.exists():
+        tail = (proc.stderr.strip().splitlines() or ["no result written"])[-1]
+        return {"missing": f"`python benchmarks/{script} --json FILE` gave no result (exit {proc.returncode}: {tail})"}
+    return json.loads(result.read_text())
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--reps", type=int, default=5, help="paired rounds per case (>= 5 for the docs)")
+    ap.add_argument("--quick", action="store_true", help="skip the 3,000,000-kernel case")
+    ap.add_argument("--sizes", default="100000,1000000,3000000", help="kernel counts (100000 feeds the CI guard)")
+    ap.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks.md")
+    ap.add_argument("--json", type=Path, help="also write the raw results here")
+    args = ap.parse_args()
+    started = time.time()
+    results: dict = {"machine": machine(), "nsys": nsys_version(), "reps": args.reps}
+    sizes = [int(n) for n in args.sizes.split(",") if not (args.quick and int(n) > 1_000_000)]
+    with tempfile.TemporaryDirectory() as tmp_name:
+        tmp = Path(tmp_name)
+        print("start-up ...", flush=True)
+        results["startup"] = startup_case(args.reps)
+        results["kernels"] = {}
+        for n in sizes:
+            path = tmp / f"kernels_{n}.sqlite"
+            write(path, n)
+            print(f"{n:,} kernels ...", flush=True)
+            results["kernels"][str(n)] = kernels_case(path, args.reps)
+            if n == 1_000_000:
+                print("HTML ...", flush=True)
+                results["html"] = html_case(path, args.reps, tmp)
+            path.unlink()
+        results["external"] = {}
+        for title, script in EXTERNAL:
+            print(f"{title} ...", flush=True)
+            results["external"][title] = external_case(script, tmp)
+    results["elapsed_s"] = time.time() - started
+    args.out.write_text(render(results))
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1))
+    guard = results["kernels"].get("100000")
+    if guard is not None:
+            RECORDED.write_text(json.dumps({"kernels": 100_000, "ratio_to_scan": round(guard["ratio"], 2),
+                                        "machine": results["machine"]}, indent=1) + "\n")
+    print(f"wrote {args.out}" + (f" and {RECORDED}" if guard is not None else ""))
+
+
+def _s(x: float) -> str:
+    return f"{x:.3f} s" if x < 10 else f"{x:.1f} s"
+
+
+def _mb(x: float) -> str:
+    return f"{x / MB:,.0f} MB"
+
+
+def _ok(good: bool) -> str:
+    return "yes" if good else "**no**"
+
+
+def render(r: dict) -> str:
+    """docs/benchmarks.md: machine, command, one table per case, targets marked met or not."""
+    lines = [
+        "# Benchmarks",
+        "",
+        "Generated by `python benchmarks/run_all.py` (do not edit by hand). Every row is perfdoctor and its limit",
+        f"measured in the same run, alternating (ABBA…), {r['reps']} paired rounds after one warm-up round; times are",
+        "medians, **ratios are medians of the per-round ratios** (the machine is shared, so absolute times drift;",
+        "paired ratios do not). Each contender is its own process: wall time and peak RSS include start-up.",
+        "",
+        f"- Machine: {r['machine']}",
+        f"- nsys: {r['nsys']} (Debian package) · whole run took {r['elapsed_s'] / 60:.1f} min",
+        "",
+        "## Start-up: a real small export",
+        "",
+        f"`perfdoctor analyze {SMALL_EXPORT.relative_to(ROOT)}` (2 GPUs, 4,010 kernels) vs `python -c pass`.",
+        f"Target: within {TARGET_STARTUP_S} s of `python -c pass`.",
+        "",
+        "| perfdoctor analyze | python -c pass | difference | ratio | perfdoctor peak RSS | within target |",
+        "|---|---|---|---|---|---|",
+    ]
+    s = r["startup"]
+    lines.append(f"| {_s(s['perfdoctor_s'])} | {_s(s['python_s'])} | {_s(s['difference_s'])} | {s['ratio']:.2f}× | "
+                 f"{_mb(s['perfdoctor_rss'])} | {_ok(s['difference_s'] <= TARGET_STARTUP_S)} |")
+    lines += [
+        "",
+        "## Kernels: analyze vs the C-level scan and `nsys stats`",
+        "",
+        "Traces from `benchmarks/make_big_trace.py` (N kernels, N runtime launch calls, NVTX step ranges). The",
+        "limit is `sqlite3 -readonly FILE \"SELECT total(col), … FROM table\"` over the columns the analysis needs:",
+        "",
+    ]
+    lines += [f"- `{t}`: {', '.join(c)}" for t, c in NEEDED_COLUMNS.items()]
+    lines += [
+        "",
+        f"Targets at 1M kernels: ≤ {TARGET_RATIO}× the scan, ≤ {TARGET_RSS // MB} MB peak RSS; growth to 3M linear.",
+        "",
+        "| kernels | file | perfdoctor analyze | C-level scan | ratio | peak RSS | nsys stats | vs nsys stats | "
+        "nsys stats RSS |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for n, k in r["kernels"].items():
+        nsys = (f"{_s(k['nsys_s'])} | {k['vs_nsys']:.2f}× | {_mb(k['nsys_rss'])}" if "nsys_s" in k
+                else "n/a | n/a | n/a")
+        lines.append(f"| {int(n):,} | {_mb(k['file_bytes'])} | {_s(k['perfdoctor_s'])} | {_s(k['scan_s'])} | "
+                     f"{k['ratio']:.2f}× | {_mb(k['perfdoctor_rss'])} | {nsys} |")
+    ks = r["kernels"]
+    if "1000000" in ks:
+        one = ks["1000000"]
+        lines += ["", f"At 1M: ratio {one['ratio']:.2f}× (target ≤ {TARGET_RATIO}×: {_ok(one['ratio'] <= TARGET_RATIO)}), "
+                  f"peak RSS {_mb(one['perfdoctor_rss'])} (target ≤ {TARGET_RSS // MB} MB: "
+                  f"{_ok(one['perfdoctor_rss'] <= TARGET_RSS)})."]
+        if "3000000" in ks:
+            three = ks["3000000"]
+            lines.append(f"1M → 3M: perfdoctor ×{three['perfdoctor_s'] / one['perfdoctor_s']:.2f}, scan "
+                         f"×{three['scan_s'] / one['scan_s']:.2f}, peak RSS ×{three['perfdoctor_rss'] / one['perfdoctor_rss']:.2f} "
+                         "(linear: ×3 or less, start-up is fixed).")
+    if "html" in r:
+        h = r["html"]
+        lines += [
+            "",
+            "## HTML report of the 1M-kernel trace",
+            "",
+            "`perfdoctor analyze FILE --html report.html` vs `perfdoctor analyze FILE` (what drawing the timeline",
+            "excerpt and rendering the page add).",
+            "",
+            "| with --html | without | ratio | rendering adds | peak RSS with --html | page size |",
+            "|---|---|---|---|---|---|",
+            f"| {_s(h['html_s'])} | {_s(h['plain_s'])} | {h['ratio']:.2f}× | {_s(h['render_s'])} | "
+            f"{_mb(h['html_rss'])} | {_mb(h['page_bytes'])} |",
+        ]
+    for title, ext in r["external"].items():
+        lines += ["", f"## {title}", ""]
+        if "missing" in ext:
+            lines.append(f"Not measured in this run: {ext['missing']}.")
+            continue
+        lines += [f"`{ext['command']}`", "", "| " + " | ".join(ext["columns"]) + " |",
+                  "|" + "---|" * len(ext["columns"])]
+        lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in ext["rows"]]
+        if ext.get("notes"):
+            lines += ["", ext["notes"]]
+    lines += ["", "## CI guard", "",
+              "`tests/test_benchmark_guard.py` repeats the 100k-kernel pairing (5 rounds) and fails only when the",
+              "ratio is more than twice the one recorded here in `benchmarks/recorded.json`: a gross regression,",
+              "not noise.", ""]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    main()
