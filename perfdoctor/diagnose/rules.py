@@ -1,9 +1,11 @@
 """Load and validate rule files: the shipped catalog (``perfdoctor.rules``) plus user ``--rules DIR``s.
 
-Every file is checked twice: against ``perfdoctor/schema/rule.schema.json`` (shape and types) and then
-for meaning (the id matches the file name, every name resolves in a known namespace, placeholders in
-texts name readable values, superseded rules exist). A bad file is one line, ``file: field: problem``,
-raised as :class:`RuleError` (exit 2), so a typo in a user rule never passes silently as a rule that
+Every file is checked for meaning (the id matches the file name, every name resolves in a known
+namespace, placeholders in texts name readable values, superseded rules exist); user files are first
+checked against ``perfdoctor/schema/rule.schema.json`` (shape and types). The shipped catalog is
+validated against that schema by the tests (tests/diagnose/test_shipped_rules_schema.py), so ``perfdoctor
+analyze`` only checks its top-level keys instead of importing jsonschema and walking the schema on every
+run. A bad file is one line, ``file: field: problem``, raised as :class:`RuleError` (exit 2), so a typo in a user rule never passes silently as a rule that
 cannot fire.
 """
 
@@ -18,8 +20,6 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import best_match
 
 from perfdoctor.diagnose.conditions import NAMESPACES
 from perfdoctor.errors import InputError
@@ -67,9 +67,10 @@ _SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 @cache
-def _validator() -> Draft202012Validator:
-    schema_path = Path(__file__).resolve().parents[1] / "schema" / "rule.schema.json"
-    return Draft202012Validator(json.loads(schema_path.read_text()))
+def _validator() -> Any:
+    from jsonschema import Draft202012Validator
+
+    return Draft202012Validator(_schema())
 
 
 @cache
@@ -92,8 +93,9 @@ def load_rules(extra_dirs: list[Path | str] | None = None) -> list[Rule]:
             raise RuleError(f"{d}: no *.yaml rule files")
         files.extend(found)
     rules: dict[str, Rule] = {}
+    shipped = builtin_dir()
     for path in files:
-        rule = load_rule(path)
+        rule = load_rule(path, schema_checked=path.parent == shipped)
         if rule.id in rules:
             raise RuleError(f"{path}: id: duplicate rule id {rule.id!r} (also {rules[rule.id].source})")
         rules[rule.id] = rule
@@ -104,8 +106,9 @@ def load_rules(extra_dirs: list[Path | str] | None = None) -> list[Rule]:
     return sorted(rules.values(), key=lambda r: r.id)
 
 
-def load_rule(path: Path) -> Rule:
-    """Parse and validate one rule file."""
+def load_rule(path: Path, *, schema_checked: bool = False) -> Rule:
+    """Parse and validate one rule file; ``schema_checked``: a shipped rule, whose shape the tests
+    validated against the schema, so only the checks of meaning run."""
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
@@ -118,10 +121,10 @@ def load_rule(path: Path) -> Rule:
         raise RuleError(f"{path}: {where}: not valid YAML ({getattr(exc, 'problem', None) or exc})") from None
     if not isinstance(spec, dict):
         raise RuleError(f"{path}: <top>: a rule file must be a mapping")
-    error = best_match(_validator().iter_errors(spec))
-    if error is not None:
-        field = ".".join(str(p) for p in error.absolute_path) or "<top>"
-        raise RuleError(f"{path}: {field}: {_short(error.message)}")
+    if schema_checked:
+        _check_keys(path, spec)
+    else:
+        _check_schema(path, spec)
     if spec["id"] != path.stem:
         raise RuleError(f"{path}: id: {spec['id']!r} does not match the file name ({path.stem!r})")
     for field, name in _names(spec):
@@ -134,6 +137,27 @@ def load_rule(path: Path) -> Rule:
     if spec.get("ranks_from") and spec.get("scope", "rank") != "run":
         raise RuleError(f"{path}: ranks_from: only meaningful with scope: run")
     return Rule(id=spec["id"], source=path, spec=spec)
+
+
+def _check_keys(path: Path, spec: dict[str, Any]) -> None:
+    """The cheap structural check of a shipped rule: the top-level keys the schema requires."""
+    for key in _schema()["required"]:
+        if key not in spec:
+            raise RuleError(f"{path}: <top>: {key!r} is a required property")
+
+
+@cache
+def _schema() -> dict[str, Any]:
+    return json.loads((Path(__file__).resolve().parents[1] / "schema" / "rule.schema.json").read_text())
+
+
+def _check_schema(path: Path, spec: dict[str, Any]) -> None:
+    from jsonschema.exceptions import best_match
+
+    error = best_match(_validator().iter_errors(spec))
+    if error is not None:
+        field = ".".join(str(p) for p in error.absolute_path) or "<top>"
+        raise RuleError(f"{path}: {field}: {_short(error.message)}")
 
 
 def _short(message: str) -> str:
