@@ -26,11 +26,17 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @dataclass
 class Sample:
-    """Wall times (s) and peak resident set sizes (bytes) of one contender, one entry per repetition."""
+    """Wall times (s), peak resident set sizes (bytes) and, for a child that reports it (a line
+    ``elapsed_s=<seconds>``, see benchmarks/timed.py), its own timing of the work: one entry per repetition."""
 
     argv: list[str]
     wall_s: list[float] = field(default_factory=list)
     rss: list[int] = field(default_factory=list)
+    work_s: list[float] = field(default_factory=list)
+
+    @property
+    def median_work_s(self) -> float:
+        return statistics.median(self.work_s)
 
     @property
     def median_s(self) -> float:
@@ -41,11 +47,12 @@ class Sample:
         return int(statistics.median(self.rss))
 
 
-def run_once(argv: list[str], cwd: Path = ROOT) -> tuple[float, int]:
-    """Wall time and peak RSS of one child process; a failing command is an error, not a fast sample."""
-    with tempfile.TemporaryFile() as err:  # a file, not a pipe: a chatty child cannot block on it
+def run_once(argv: list[str], cwd: Path = ROOT) -> tuple[float, int, float | None]:
+    """Wall time, peak RSS and the child's own ``elapsed_s=`` report (None without one) of one child
+    process; a failing command is an error, not a fast sample."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:  # files: a chatty child cannot block
         t0 = time.perf_counter()
-        proc = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.DEVNULL, stderr=err)
+        proc = subprocess.Popen(argv, cwd=cwd, stdout=out, stderr=err)
         _, status, usage = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - t0
         proc.returncode = os.waitstatus_to_exitcode(status)
@@ -53,7 +60,10 @@ def run_once(argv: list[str], cwd: Path = ROOT) -> tuple[float, int]:
             err.seek(0)
             tail = err.read().decode(errors="replace").strip()[-500:]
             raise RuntimeError(f"{' '.join(map(str, argv))} exited {proc.returncode}: {tail}")
-    return wall, usage.ru_maxrss * 1024  # Linux reports KiB
+        out.seek(0)
+        tail = out.read()[-200:].decode(errors="replace").strip().splitlines()
+    work = float(tail[-1].split("=", 1)[1]) if tail and tail[-1].startswith("elapsed_s=") else None
+    return wall, usage.ru_maxrss * 1024, work  # Linux reports KiB
 
 
 def paired(contenders: dict[str, list[str]], reps: int = 5, warmup: int = 1) -> dict[str, Sample]:
@@ -66,15 +76,19 @@ def paired(contenders: dict[str, list[str]], reps: int = 5, warmup: int = 1) -> 
             run_once(contenders[name])
     for i in range(reps):
         for name in (names if i % 2 == 0 else names[::-1]):
-            wall, rss = run_once(contenders[name])
+            wall, rss, work = run_once(contenders[name])
             samples[name].wall_s.append(wall)
             samples[name].rss.append(rss)
+            if work is not None:
+                samples[name].work_s.append(work)
     return samples
 
 
-def ratio(a: Sample, b: Sample) -> float:
-    """Median of the per-round ratios a/b (rounds are paired in time)."""
-    return statistics.median(x / y for x, y in zip(a.wall_s, b.wall_s))
+def ratio(a: Sample, b: Sample, *, work: bool = False) -> float:
+    """Median of the per-round ratios a/b (rounds are paired in time) of wall times, or with ``work``
+    of the times the children reported."""
+    xs, ys = (a.work_s, b.work_s) if work else (a.wall_s, b.wall_s)
+    return statistics.median(x / y for x, y in zip(xs, ys))
 
 
 def difference(a: Sample, b: Sample) -> float:
