@@ -40,7 +40,7 @@ def analyze(paths: list[Path | str], config: dict[str, Any] | None = None,
     ``timeline_excerpts``: draw the representative step for the HTML report (the CLI skips it when no
     HTML is wanted: it costs a pass over the kernels)."""
     rules = load_rules(rules_dirs)
-    run = load_run([Path(p) for p in paths], config)
+    run = load_run([Path(p) for p in paths], config, detail=False)
     devices, per_rank = [], {}
     series, excerpts = {}, []
     for done, tl in enumerate(run.timelines):

@@ -19,13 +19,14 @@ from perfdoctor.model import Run, Timeline
 RANK_ENV_VARS = ("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
 
 
-def load_run(paths: list[Path], config: dict[str, Any] | None = None) -> Run:
-    """Read all inputs; ``config`` holds values given on the command line (they win over marks)."""
+def load_run(paths: list[Path], config: dict[str, Any] | None = None, *, detail: bool = True) -> Run:
+    """Read all inputs; ``config`` holds values given on the command line (they win over marks);
+    ``detail=False``: without the columns no analysis reads (load.nsys.DETAIL_COLUMNS)."""
     traces, timelines = [], []
     exports = discover(paths)
     snapshots = [load_snapshot(p) for p in discover_snapshots(paths)]  # small next to traces: fail fast
     for path in exports:
-        info, tls = load_export(path)
+        info, tls = load_export(path, detail=detail)
         traces.append(info)
         timelines.extend(tls)
     run = Run(traces=traces, timelines=timelines)
