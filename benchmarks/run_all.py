@@ -9,7 +9,8 @@ alternating (benchmarks/paired.py), and reports medians and the median of the pe
   after the imports) vs a C-level scan of the columns it needs (SQLite summing them, no Python objects),
   and the whole ``perfdoctor analyze`` process vs ``nsys stats`` of the installed nsys on the same file;
   peak RSS of each;
-* **HTML**: ``perfdoctor analyze --html`` vs ``perfdoctor analyze`` of the 1M trace (what rendering adds).
+* **HTML**: ``perfdoctor analyze --html`` vs ``perfdoctor analyze`` of the 1M trace (what rendering adds);
+* **SQLite readers** on the 1M trace (benchmarks/bench_readers.py): the measurement behind the loader's reader.
 
 Sections owned by other benchmarks are run when their script is present (``EXTERNAL``): the script is
 called as ``python benchmarks/<script> --json RESULT.json`` and must write
@@ -99,12 +100,13 @@ def html_case(path: Path, reps: int, tmp: Path) -> dict:
             "page_bytes": page.stat().st_size}
 
 
-def external_case(script: str, tmp: Path) -> dict:
+def script_result(script: str, tmp: Path, *args: str) -> dict:
+    """The JSON result of ``python benchmarks/<script> [ARGS] --json FILE`` (see the module docstring)."""
     path = ROOT / "benchmarks" / script
     if not path.exists():
         return {"missing": f"benchmarks/{script} is not in this checkout"}
     result = tmp / f"{path.stem}.json"
-    proc = subprocess.run([sys.executable, str(path), "--json", str(result)], cwd=ROOT, capture_output=True,
+    proc = subprocess.run([sys.executable, str(path), *args, "--json", str(result)], cwd=ROOT, capture_output=True,
                           text=True)
     if proc.returncode != 0 or not result.exists():
         tail = (proc.stderr.strip().splitlines() or ["no result written"])[-1]
@@ -136,11 +138,13 @@ def main() -> None:
             if n == 1_000_000:
                 print("HTML ...", flush=True)
                 results["html"] = html_case(path, args.reps, tmp)
+                print("readers ...", flush=True)
+                results["readers"] = script_result("bench_readers.py", tmp, str(path), "--reps", str(args.reps))
             path.unlink()
         results["external"] = {}
         for title, script in EXTERNAL:
             print(f"{title} ...", flush=True)
-            results["external"][title] = external_case(script, tmp)
+            results["external"][title] = script_result(script, tmp)
     results["elapsed_s"] = time.time() - started
     args.out.write_text(render(results))
     if args.json:
@@ -162,6 +166,14 @@ def _mb(x: float) -> str:
 
 def _ok(good: bool) -> str:
     return "yes" if good else "**no**"
+
+
+def _script_section(ext: dict) -> list[str]:
+    if "missing" in ext:
+        return [f"Not measured in this run: {ext['missing']}."]
+    lines = [f"`{ext['command']}`", "", "| " + " | ".join(ext["columns"]) + " |", "|" + "---|" * len(ext["columns"])]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in ext["rows"]]
+    return lines + (["", ext["notes"]] if ext.get("notes") else [])
 
 
 def render(r: dict) -> str:
@@ -242,16 +254,9 @@ def render(r: dict) -> str:
             f"| {_s(h['html_s'])} | {_s(h['plain_s'])} | {h['ratio']:.2f}× | {_s(h['render_s'])} | "
             f"{_mb(h['html_rss'])} | {_mb(h['page_bytes'])} |",
         ]
-    for title, ext in r["external"].items():
-        lines += ["", f"## {title}", ""]
-        if "missing" in ext:
-            lines.append(f"Not measured in this run: {ext['missing']}.")
-            continue
-        lines += [f"`{ext['command']}`", "", "| " + " | ".join(ext["columns"]) + " |",
-                  "|" + "---|" * len(ext["columns"])]
-        lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in ext["rows"]]
-        if ext.get("notes"):
-            lines += ["", ext["notes"]]
+    sections = ([("SQLite readers (1M-kernel trace)", r["readers"])] if "readers" in r else [])
+    for title, ext in sections + list(r["external"].items()):
+        lines += ["", f"## {title}", ""] + _script_section(ext)
     lines += ["", "## CI guard", "",
               "`tests/test_benchmark_guard.py` repeats the 100k-kernel analyze/scan pairing (5 rounds) and fails only when the",
               "ratio is more than twice the one recorded here in `benchmarks/recorded.json`: a gross regression,",
