@@ -12,15 +12,19 @@ from __future__ import annotations
 import argparse
 import cProfile
 import pstats
+import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import yaml
 
-from perfdoctor import api
-from perfdoctor.load.run import load_run
-from perfdoctor.synth import run_scenario
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's perfdoctor, not an installed one
+
+from perfdoctor import api  # noqa: E402
+from perfdoctor.load.run import load_run  # noqa: E402
+from perfdoctor.synth import run_scenario  # noqa: E402
 
 SCENARIO = Path(__file__).resolve().parents[1] / "perfdoctor" / "synth" / "scenarios" / "clean_baseline.yaml"
 KERNELS_PER_STEP = 1_917 / 3  # of clean_baseline
@@ -30,7 +34,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--kernels", type=int, default=1_000_000)
     ap.add_argument("--trace", type=Path)
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--profile", action="store_true", help="print where analyze spends its time")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
@@ -43,14 +47,21 @@ def main() -> None:
             (trace,) = run_scenario(sc, Path(tmp))
             print(f"generated in {time.perf_counter() - t0:.1f} s ({trace.stat().st_size / 2**20:.0f} MiB)")
         api.analyze([trace])  # warm caches and imports
-        load = min(_time(lambda: load_run([trace])) for _ in range(args.repeat))
-        full = min(_time(lambda: api.analyze([trace], timeline_excerpts=False)) for _ in range(args.repeat))
+        loads, fulls = [], []
+        for i in range(args.repeat):  # paired and alternating: ratios survive a busy machine, minima do not
+            for which in ((0, 1) if i % 2 == 0 else (1, 0)):
+                if which == 0:
+                    loads.append(_time(lambda: load_run([trace])))
+                else:
+                    fulls.append(_time(lambda: api.analyze([trace], timeline_excerpts=False)))
+        load, full = statistics.median(loads), statistics.median(fulls)
+        added = statistics.median(f / lo - 1 for f, lo in zip(fulls, loads))
         report = api.analyze([trace])
         kernels = sum(d.kernel_count for d in report.devices)
         print(f"kernels                {kernels:,} in {report.metrics['all'] and len(report.devices)} timeline(s)")
-        print(f"load                   {load:.2f} s")
-        print(f"load + classify + measure {full:.2f} s  (measurements add {100 * (full - load) / load:.0f} %, "
-              "budget 50 %)")
+        print(f"load                   {load:.2f} s (median of {args.repeat})")
+        print(f"load + classify + measure {full:.2f} s  (measurements add {100 * added:.0f} %, median of paired "
+              "rounds; budget 50 %)")
         if args.profile:
             prof = cProfile.Profile()
             prof.runcall(api.analyze, [trace])

@@ -43,7 +43,9 @@ def write(path: Path, kernels: int, seed: int = 0) -> None:
     start = np.cumsum(dur + rng.integers(0, 3_000, kernels)) + 1_000_000
     name = rng.integers(0, 201, kernels)
     corr = np.arange(1, kernels + 1)
-    api_start = start - rng.integers(5_000, 50_000, kernels)
+    # One thread launches in order, each call before its kernel (the i-th smallest of start - lag is below
+    # start[i]): a thread's CUDA calls are never out of order, and measurements rely on that fast path.
+    api_start = np.sort(start - rng.integers(5_000, 50_000, kernels))
     zeros = np.zeros(kernels, dtype=np.int64)
     kernel_rows = zip(start.tolist(), (start + dur).tolist(), zeros.tolist(), zeros.tolist(),
                       np.where(name == 200, 20, 7).tolist(), corr.tolist(), [gpid] * kernels, name.tolist(),

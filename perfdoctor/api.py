@@ -45,7 +45,7 @@ def analyze(paths: list[Path | str], config: dict[str, Any] | None = None,
     HTML is wanted: it costs a pass over the kernels). ``config_sources`` says where each ``config``
     value came from (default "cli"); ``allow_mixed`` analyses inputs that are several captures as one."""
     rules = load_rules(rules_dirs)
-    run = load_run([Path(p) for p in paths], config, config_sources, allow_mixed)
+    run = load_run([Path(p) for p in paths], config, config_sources, allow_mixed, detail=False)
     run.framework = detect_framework(run)
     devices, per_rank = [], {}
     series, excerpts = {}, []

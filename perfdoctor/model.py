@@ -94,6 +94,11 @@ class Timeline:
                 (ranges have end >= start; marks have end == -1)
       nccl      start end tid name comm bytes nranks rank   (NCCL API calls whose NVTX payload names their
                 communicator: ``comm`` uint64 id; -1 where a value is unknown; only in exports with blobs)
+
+    Detail columns: kernels grid_x…block_z, api event_class and nvtx range_id category int_value
+    double_value are read only when asked for (``load_export(path, detail=True)``, the default);
+    ``api.analyze`` loads with ``detail=False`` because no measurement reads them (load.nsys.DETAIL_COLUMNS).
+    A loader of another input format (Kineto, …) fills the other columns and may leave these out.
     """
 
     trace: TraceInfo

@@ -20,3 +20,18 @@ def test_help_and_version_import_no_heavy_modules():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_analyze_imports_only_what_its_output_needs():
+    """Without --html and --rules, analyze loads neither the HTML stack nor the rule-schema validator
+    (the shipped rules are schema-checked by tests/diagnose/test_shipped_rules_schema.py)."""
+    from tests.paths import REAL_H100
+
+    code = ("import sys, contextlib, io; from perfdoctor.cli import app\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            f"    try: app(['analyze', {str(REAL_H100)!r}], standalone_mode=False)\n"
+            "    except SystemExit: pass\n"
+            "print([m for m in ('plotly', 'jinja2', 'jsonschema') if m in sys.modules])")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == "[]"

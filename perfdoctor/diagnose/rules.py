@@ -1,9 +1,11 @@
 """Load and validate rule files: the shipped catalog (``perfdoctor.rules``) plus user ``--rules DIR``s.
 
-Every file is checked twice: against ``perfdoctor/schema/rule.schema.json`` (shape and types) and then
-for meaning (the id matches the file name, every name resolves in a known namespace, placeholders in
-texts name readable values, superseded rules exist). A bad file is one line, ``file: field: problem``,
-raised as :class:`RuleError` (exit 2), so a typo in a user rule never passes silently as a rule that
+Every file is checked for meaning (the id matches the file name, every name resolves in a known
+namespace, placeholders in texts name readable values, superseded rules exist); user files are first
+checked against ``perfdoctor/schema/rule.schema.json`` (shape and types). The shipped catalog is
+validated against that schema by the tests (tests/diagnose/test_shipped_rules_schema.py), so ``perfdoctor
+analyze`` only checks its top-level keys instead of importing jsonschema and walking the schema on every
+run. A bad file is one line, ``file: field: problem``, raised as :class:`RuleError` (exit 2), so a typo in a user rule never passes silently as a rule that
 cannot fire.
 """
 
@@ -16,9 +18,6 @@ from functools import cache
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import best_match
 
 from perfdoctor.diagnose.conditions import NAMESPACES
 from perfdoctor.diagnose.knob_values import COMPUTE, ESTIMATE, literal_problem
@@ -65,9 +64,10 @@ def builtin_dir() -> Traversable:
 
 
 @cache
-def _validator() -> Draft202012Validator:
-    schema = resources.files("perfdoctor").joinpath("schema", "rule.schema.json").read_text(encoding="utf-8")
-    return Draft202012Validator(json.loads(schema))
+def _validator() -> Any:
+    from jsonschema import Draft202012Validator
+
+    return Draft202012Validator(_schema())
 
 
 @cache
@@ -92,7 +92,7 @@ def load_rules(extra_dirs: list[Path | str] | None = None) -> list[Rule]:
         files.extend((f, False) for f in found)
     rules: dict[str, Rule] = {}
     for path, builtin in files:
-        rule = load_rule(path, builtin)
+        rule = load_rule(path, builtin, schema_checked=builtin)
         if rule.id in rules:
             raise RuleError(f"{path}: id: duplicate rule id {rule.id!r} (also {rules[rule.id].source})")
         rules[rule.id] = rule
@@ -104,15 +104,16 @@ def load_rules(extra_dirs: list[Path | str] | None = None) -> list[Rule]:
     return sorted(rules.values(), key=lambda r: r.id)
 
 
-def load_rule(path: Traversable, builtin: bool = False) -> Rule:
-    """Parse and validate one rule file."""
+def load_rule(path: Traversable, builtin: bool = False, *, schema_checked: bool = False) -> Rule:
+    """Parse and validate one rule file; ``schema_checked``: a shipped rule, whose shape the tests
+    validated against the schema, so only the checks of meaning run (no jsonschema import at start-up)."""
     spec = load_yaml_file(path, error=RuleError)  # bounded: size, depth, aliases, regular files only
     if not isinstance(spec, dict):
         raise RuleError(f"{path}: <top>: a rule file must be a mapping")
-    error = best_match(_validator().iter_errors(spec))
-    if error is not None:
-        field = ".".join(str(p) for p in error.absolute_path) or "<top>"
-        raise RuleError(f"{path}: {field}: {_short(error.message)}")
+    if schema_checked:
+        _check_keys(path, spec)
+    else:
+        _check_schema(path, spec)
     stem = Path(path.name).stem
     if spec["id"] != stem:
         raise RuleError(f"{path}: id: {spec['id']!r} does not match the file name ({stem!r})")
@@ -128,6 +129,27 @@ def load_rule(path: Traversable, builtin: bool = False) -> Rule:
     if spec.get("ranks_from") and spec.get("scope", "rank") != "run":
         raise RuleError(f"{path}: ranks_from: only meaningful with scope: run")
     return Rule(id=spec["id"], source=path, spec=spec, builtin=builtin)
+
+
+def _check_keys(path: Path, spec: dict[str, Any]) -> None:
+    """The cheap structural check of a shipped rule: the top-level keys the schema requires."""
+    for key in _schema()["required"]:
+        if key not in spec:
+            raise RuleError(f"{path}: <top>: {key!r} is a required property")
+
+
+@cache
+def _schema() -> dict[str, Any]:
+    return json.loads(resources.files("perfdoctor").joinpath("schema", "rule.schema.json").read_text(encoding="utf-8"))
+
+
+def _check_schema(path: Path, spec: dict[str, Any]) -> None:
+    from jsonschema.exceptions import best_match
+
+    error = best_match(_validator().iter_errors(spec))
+    if error is not None:
+        field = ".".join(str(p) for p in error.absolute_path) or "<top>"
+        raise RuleError(f"{path}: {field}: {_short(error.message)}")
 
 
 def _short(message: str) -> str:

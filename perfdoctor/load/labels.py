@@ -35,15 +35,14 @@ def labelled(nvtx: pd.DataFrame, kind: str) -> pd.DataFrame:
     """Rows of ``nvtx`` in the perfdoctor domain whose message starts with ``kind`` (the index kept:
     row positions in ``nvtx``, whose index is a plain range).
 
-    Messages repeat (every step, every layer), so each distinct message is tested once.
+    Messages repeat (every step, every layer), so each distinct message's kind is found once per table
+    and each call compares kinds, not messages.
     """
     if not len(nvtx):
         return nvtx
-    codes, uniques = message_codes(nvtx)
+    codes, _ = message_codes(nvtx)
     rows = _our_rows(nvtx)
-    prefix = kind + " "
-    hit = np.array([isinstance(t, str) and (t == kind or t.startswith(prefix)) for t in uniques] + [False])
-    return nvtx.iloc[rows[hit[codes[rows]]]]
+    return nvtx.iloc[rows[_message_kinds(nvtx)[codes[rows]] == kind]]
 
 
 def matching(nvtx: pd.DataFrame, pattern: re.Pattern[str]) -> pd.DataFrame:
@@ -63,6 +62,13 @@ def message_codes(nvtx: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
 
     codes, uniques = pd.factorize(nvtx["text"].to_numpy(dtype=object))
     return codes, np.asarray(uniques, dtype=object)
+
+
+@per_object
+def _message_kinds(nvtx: pd.DataFrame) -> np.ndarray:
+    """The kind (first word) of each distinct message, ``None`` for no text (last: code −1)."""
+    _, uniques = message_codes(nvtx)
+    return np.array([t.partition(" ")[0] if isinstance(t, str) else None for t in uniques] + [None], dtype=object)
 
 
 @per_object

@@ -61,12 +61,24 @@ def pid_of(global_id: int) -> int:
     return (int(global_id) >> TID_BITS) & ID_MASK
 
 
-def load_export(path: str | Path) -> tuple[TraceInfo, list[Timeline]]:
-    """Read one nsys SQLite export. Raises :class:`InputError` for anything that is not one."""
+# Columns no analysis reads (launch geometry, the CUDA call's event class, NVTX range ids, categories and
+# scalar payloads): read only with ``detail`` (the default, for API users and the loader tests), skipped by
+# `perfdoctor analyze`, which saves about a third of the SQLite reading on kernel-heavy traces.
+DETAIL_COLUMNS = {
+    "kernels": ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z"),
+    "api": ("event_class",),
+    "nvtx": ("range_id", "category", "int_value", "double_value"),
+}
+
+
+def load_export(path: str | Path, *, detail: bool = True) -> tuple[TraceInfo, list[Timeline]]:
+    """Read one nsys SQLite export. Raises :class:`InputError` for anything that is not one.
+
+    ``detail=False`` leaves out the :data:`DETAIL_COLUMNS` that no measurement uses."""
     db = SqliteExport(Path(path))
     try:
         info = read_trace_info(db)
-        timelines = read_timelines(db, info)
+        timelines = read_timelines(db, info, detail=detail)
     except (TypeError, ValueError, AttributeError, OverflowError, KeyError, IndexError) as exc:
         # The readers trust the column types nsys writes; an edited or damaged export (text where an
         # integer belongs, a blob for a name, a key missing) is bad input, not a perfdoctor bug.
@@ -194,17 +206,15 @@ def _gpus(db: SqliteExport) -> dict[int, GpuInfo]:
 # Event tables
 
 
-def read_timelines(db: SqliteExport, info: TraceInfo) -> list[Timeline]:
+def read_timelines(db: SqliteExport, info: TraceInfo, *, detail: bool = True) -> list[Timeline]:
     """Split the file's events into one Timeline per (process, device)."""
-    import pandas as pd
-
     strings = _strings(db)
-    kernels = with_graph_replays(db, _kernels(db, strings), info.warnings)  # graph-mode CUDA graphs as rows
+    kernels = with_graph_replays(db, _kernels(db, strings, detail), info.warnings)  # graph-mode CUDA graphs as rows
     memcpy = _device_table(db, MEMCPY_TABLE, {"bytes": "bytes", "copy_kind": "copyKind"})
     memset = _device_table(db, MEMSET_TABLE, {"bytes": "bytes"})
     sync = _device_table(db, SYNC_TABLE, {"sync_type": "syncType"})
-    api = _api_calls(db, strings)
-    nvtx, thread_names_nvtx = _nvtx(db, strings)
+    api = _api_calls(db, strings, detail)
+    nvtx, thread_names_nvtx = _nvtx(db, strings, detail)
     nccl, undecoded = read_payloads(db, strings)
     if undecoded:
         info.warnings.append(f"{undecoded} NVTX payload blob(s) could not be decoded (binaryData layout not "
@@ -216,12 +226,8 @@ def read_timelines(db: SqliteExport, info: TraceInfo) -> list[Timeline]:
                    "cuda_api": len(api), "nvtx": len(nvtx), "osrt": sum(osrt.values())}
 
     # Which (process, device) pairs ran GPU work.
-    pairs = pd.concat([t[["global_pid", "device_id"]] for t in (kernels, memcpy, memset) if len(t)],
-                      ignore_index=True) if any(len(t) for t in (kernels, memcpy, memset)) else None
-    keys: list[tuple[int, int | None]]
-    if pairs is not None:
-        keys = sorted({(int(p), int(d)) for p, d in pairs.drop_duplicates().itertuples(index=False)})
-    else:
+    keys: list[tuple[int, int | None]] = sorted({pair for t in (kernels, memcpy, memset) for pair in _pairs(t)})
+    if not keys:
         # CPU-only capture: one timeline per process that wrote NVTX ranges.
         gpids = sorted({int(g) for g in (nvtx["tid"].to_numpy() & PID_MASK)}) if len(nvtx) else []
         keys = [(g, None) for g in gpids]
@@ -247,10 +253,26 @@ def read_timelines(db: SqliteExport, info: TraceInfo) -> list[Timeline]:
     return timelines
 
 
+def _pairs(table: pd.DataFrame) -> list[tuple[int, int]]:
+    """Distinct (globalPid, device) of a table: one hash pass over an int64 key (globalPid's low 24 bits
+    are clear, so ``globalPid | device`` is one), instead of a frame-wide drop_duplicates."""
+    import pandas as pd
+
+    if not len(table):
+        return []
+    device = table["device_id"].to_numpy()
+    if device.min() < 0 or device.max() > ID_MASK:  # never in nsys' data: keep the pair exact anyway
+        return list({(int(p), int(d)) for p, d in zip(table["global_pid"].to_numpy(), device)})
+    keys = pd.unique(table["global_pid"].to_numpy() | device)
+    return [(int(k) & PID_MASK, int(k) & ID_MASK) for k in keys]
+
+
 def _part(rows: pd.DataFrame, device: int | None) -> pd.DataFrame:
     """A process's rows of one table, restricted to one device where the table has devices."""
     if device is not None and "device_id" in rows.columns:
-        rows = rows[rows["device_id"].to_numpy() == device]
+        keep = rows["device_id"].to_numpy() == device
+        if not keep.all():  # one device per process (the usual case): no copy
+            rows = rows[keep]
     return rows.reset_index(drop=True)
 
 
@@ -259,6 +281,8 @@ def _group_by_pid(table: pd.DataFrame, *, by_tid: bool) -> dict[int, pd.DataFram
     if not len(table):
         return {}
     key = (table["tid"].to_numpy() & PID_MASK) if by_tid else table["global_pid"].to_numpy()
+    if key.min() == key.max():  # one process per file (the usual case): no groupby, no copy
+        return {int(key[0]): table}
     return {int(k): g for k, g in table.groupby(key, sort=False)}
 
 
@@ -321,7 +345,7 @@ def _select(db: SqliteExport, table: str, wanted: dict[str, str]) -> dict[str, s
     return {out: (src if src in cols else "NULL") for out, src in wanted.items()}
 
 
-def _kernels(db: SqliteExport, strings: pd.Series) -> pd.DataFrame:
+def _kernels(db: SqliteExport, strings: pd.Series, detail: bool = True) -> pd.DataFrame:
 
     wanted = {
         "start": "start", "end": "end", "device_id": "deviceId", "stream": "streamId",
@@ -330,6 +354,7 @@ def _kernels(db: SqliteExport, strings: pd.Series) -> pd.DataFrame:
         "grid_x": "gridX", "grid_y": "gridY", "grid_z": "gridZ",
         "block_x": "blockX", "block_y": "blockY", "block_z": "blockZ",
     }
+    wanted = _without_detail(wanted, "kernels", detail)
     raw = db.read(KERNEL_TABLE, _select(db, KERNEL_TABLE, wanted))
     if not len(raw):
         return _empty([c for c in wanted if not c.endswith("_id") or c in ("device_id", "correlation_id")]
@@ -353,20 +378,24 @@ def _device_table(db: SqliteExport, table: str, extra: dict[str, str]) -> pd.Dat
     return _integers(raw, list(wanted))
 
 
-def _api_calls(db: SqliteExport, strings: pd.Series) -> pd.DataFrame:
+def _api_calls(db: SqliteExport, strings: pd.Series, detail: bool = True) -> pd.DataFrame:
     """CUDA runtime and driver calls, names without the ``_vNNNN`` version suffix."""
 
-    wanted = {"start": "start", "end": "end", "tid": "globalTid", "correlation_id": "correlationId",
-              "name_id": "nameId", "event_class": "eventClass"}
+    wanted = _without_detail({"start": "start", "end": "end", "tid": "globalTid", "correlation_id": "correlationId",
+                              "name_id": "nameId", "event_class": "eventClass"}, "api", detail)
     raw = db.read(RUNTIME_TABLE, _select(db, RUNTIME_TABLE, wanted))
     if not len(raw):
-        return _empty(["start", "end", "tid", "correlation_id", "name", "event_class"])
+        return _empty(["start", "end", "tid", "correlation_id", "name"] + (["event_class"] if detail else []))
     out = _integers(raw, [c for c in wanted if c != "name_id"])
     out["name"] = _names(_int(raw, "name_id"), strings, clean=_API_VERSION_SUFFIX)
     return out
 
 
-def _nvtx(db: SqliteExport, strings: pd.Series) -> tuple[pd.DataFrame, dict[int, str]]:
+def _without_detail(wanted: dict[str, str], table: str, detail: bool) -> dict[str, str]:
+    return wanted if detail else {k: v for k, v in wanted.items() if k not in DETAIL_COLUMNS[table]}
+
+
+def _nvtx(db: SqliteExport, strings: pd.Series, detail: bool = True) -> tuple[pd.DataFrame, dict[int, str]]:
     """NVTX ranges and marks with their text and domain name resolved; plus NVTX thread names.
 
     Text is ``text`` (ASCII messages) or ``StringIds[textId]`` (registered strings, e.g. Python nvtx).
@@ -374,8 +403,8 @@ def _nvtx(db: SqliteExport, strings: pd.Series) -> tuple[pd.DataFrame, dict[int,
     """
     import pandas as pd
 
-    columns = ["start", "end", "event_type", "tid", "end_tid", "domain", "text", "range_id", "category",
-               "int_value", "double_value"]
+    columns = [c for c in ("start", "end", "event_type", "tid", "end_tid", "domain", "text", "range_id", "category",
+                           "int_value", "double_value") if detail or c not in DETAIL_COLUMNS["nvtx"]]
     table = "NVTX_EVENTS"
     if table not in db.tables:
         return _empty(columns), {}
@@ -384,6 +413,9 @@ def _nvtx(db: SqliteExport, strings: pd.Series) -> tuple[pd.DataFrame, dict[int,
               "range_id": "rangeId", "category": "category", "int64": "int64Value", "uint64": "uint64Value",
               "int32": "int32Value", "uint32": "uint32Value", "double_value": "doubleValue",
               "float_value": "floatValue"}
+    if not detail:  # the sources of DETAIL_COLUMNS["nvtx"]
+        wanted = {k: v for k, v in wanted.items() if k not in ("range_id", "category", "int64", "uint64", "int32",
+                                                               "uint32", "double_value", "float_value")}
     raw = db.read(table, _select(db, table, wanted))
     if not len(raw):
         return _empty(columns), {}
@@ -404,8 +436,6 @@ def _nvtx(db: SqliteExport, strings: pd.Series) -> tuple[pd.DataFrame, dict[int,
     thread_names = {int(t): str(n) for t, n in zip(tid[naming], text[naming]) if isinstance(n, str)}
 
     keep = np.isin(event_type, NVTX_KEPT_TYPES)
-    int_value = _first_present(raw, ("int64", "uint64", "int32", "uint32"))
-    double_value = _first_present(raw, ("double_value", "float_value"), integer=False)
     out = pd.DataFrame({
         "start": _int(raw, "start")[keep],
         "end": _int(raw, "end")[keep],
@@ -415,11 +445,12 @@ def _nvtx(db: SqliteExport, strings: pd.Series) -> tuple[pd.DataFrame, dict[int,
         # object dtype: None stays None (the default domain, an unnamed range) instead of becoming NaN.
         "domain": pd.Series(domain[keep], dtype=object),
         "text": pd.Series(text[keep], dtype=object),
-        "range_id": _int(raw, "range_id")[keep],
-        "category": _int(raw, "category")[keep],
-        "int_value": int_value[keep],
-        "double_value": double_value[keep],
     })
+    if detail:
+        out["range_id"] = _int(raw, "range_id")[keep]
+        out["category"] = _int(raw, "category")[keep]
+        out["int_value"] = _first_present(raw, ("int64", "uint64", "int32", "uint32"))[keep]
+        out["double_value"] = _first_present(raw, ("double_value", "float_value"), integer=False)[keep]
     return out.sort_values("start", kind="stable").reset_index(drop=True), thread_names
 
 

@@ -23,15 +23,17 @@ RANK_ENV_VARS = ("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
 
 
 def load_run(paths: list[Path], config: dict[str, Any] | None = None,
-             config_sources: dict[str, str] | None = None, allow_mixed: bool = False) -> Run:
+             config_sources: dict[str, str] | None = None, allow_mixed: bool = False, *,
+             detail: bool = True) -> Run:
     """Read all inputs; ``config`` holds values given by the user (they win over marks), each from
     ``config_sources[key]`` ("cli" unless said: "config-file" for --config). Inputs that are several
-    captures are refused unless ``allow_mixed`` (perfdoctor.load.run_identity)."""
+    captures are refused unless ``allow_mixed`` (perfdoctor.load.run_identity). ``detail=False``:
+    without the columns no analysis reads (load.nsys.DETAIL_COLUMNS)."""
     traces, timelines = [], []
     exports = discover(paths)
     snapshots = [load_snapshot(p) for p in discover_snapshots(paths)]  # small next to traces: fail fast
     for path in exports:
-        info, tls = load_kineto(path) if reads_as_kineto(path) else load_export(path)
+        info, tls = load_kineto(path) if reads_as_kineto(path) else load_export(path, detail=detail)
         traces.append(info)
         timelines.extend(tls)
     run = Run(traces=traces, timelines=timelines)

@@ -4,9 +4,10 @@ Two connections serve two purposes:
 
 * a Python ``sqlite3`` connection opened with ``mode=ro`` checks the file, lists tables and columns,
   and reads the small metadata tables;
-* connectorx reads the large event tables straight into Arrow columns (measured in
-  ``benchmarks/bench_load.py``: about 1.5× the time of a C-level ``SELECT total(...)`` scan, against
-  6× for ``sqlite3`` rows turned into numpy).
+* connectorx reads the large event tables straight into Arrow columns (chosen by measurement,
+  ``benchmarks/bench_readers.py``, in docs/benchmarks.md: about 1.5–1.8× the time of a C-level
+  ``SELECT total(...)`` scan, as fast as or faster than ADBC's SQLite driver, against 6–7× for
+  ``sqlite3`` rows turned into numpy).
 
 connectorx cannot be asked for ``mode=ro``, so it is only handed a file that the read-only
 connection has already opened and validated, and never one with a hot journal or WAL beside it (a
