@@ -34,7 +34,18 @@ _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when PyYAML w
 
 
 def read_regular_file(path: Path, max_bytes: int = MAX_BYTES, error: type[InputError] = InputError) -> bytes:
-    """The bytes of ``path`` if it is a regular file (after symlinks) of at most ``max_bytes``."""
+    """The bytes of ``path`` if it is a regular file (after symlinks) of at most ``max_bytes``. A
+    package resource that is no file on disk (the shipped rules inside a zip) is read through its
+    Traversable, within the same limit."""
+    if not isinstance(path, (str, os.PathLike)):
+        try:
+            with path.open("rb") as fh:
+                data = fh.read(max_bytes + 1)
+        except OSError as exc:
+            raise error(f"{path}: cannot read ({exc.strerror or exc})") from None
+        if len(data) > max_bytes:
+            raise error(f"{path}: larger than the {max_bytes:,}-byte limit")
+        return data
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except OSError as exc:
