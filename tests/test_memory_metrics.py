@@ -259,17 +259,24 @@ def test_hand_computed_example(tmp_path):
     assert ev["expandable_segments"] is None and ev["alloc_conf"] is None
 
 
-def test_no_history_uses_dump_state(tmp_path):
+@pytest.mark.parametrize("history", [None, [], [{"action": "snapshot", "addr": 0, "size": 11 * MB}]])
+def test_no_history_is_dump_time_state_only(tmp_path, history):
+    """Without allocation events nothing is a peak: peaks and counts are null, the dump-time state is
+    evidence, and the warning says so (a bare list, recording off, or a lone ``snapshot`` marker)."""
     seg = {"device": 0, "address": 0, "total_size": 6 * MB, "blocks": [
-        {"size": 2 * MB, "state": "active_allocated"}, {"size": MB, "state": "active_pending_free"},
-        {"size": 3 * MB, "state": "inactive"}]}
-    m = measure_memory(load_snapshot(dump(tmp_path, [seg])))
-    assert m.metrics["memory.peak_allocated_bytes"] == 3 * MB  # pending-free blocks still occupy memory
-    assert m.metrics["memory.peak_reserved_bytes"] == 6 * MB
-    assert m.metrics["memory.fragmentation_fraction"] == pytest.approx(0.5)
-    assert m.metrics["memory.oom_count"] is None and m.metrics["memory.segment_allocs"] is None
-    assert m.metrics["memory.headroom_fraction"] is None  # device memory unknown
-    assert any("no allocation history" in w for w in m.warnings)
+        {"size": 2 * MB, "state": "active_allocated", "frames": [{"filename": "w.py", "line": 3, "name": "w"}]},
+        {"size": MB, "state": "active_pending_free"}, {"size": 3 * MB, "state": "inactive"}]}
+    raw = [seg] if history is None else {"segments": [seg], "device_traces": [history]}
+    m = measure_memory(load_snapshot(dump(tmp_path, raw, "snapshot_oom_rank-0.pickle")), device_total_bytes=80 * MB)
+    for key in ("memory.peak_allocated_bytes", "memory.peak_reserved_bytes", "memory.fragmentation_fraction",
+                "memory.headroom_fraction", "memory.oom_count", "memory.segment_allocs"):
+        assert m.metrics[key] is None, key
+    assert m.metrics["memory.largest_free_block_bytes"] == 3 * MB  # a dump-time quantity by definition
+    ev = m.evidence
+    assert ev["state"] == "dump-time state only" and not ev["has_history"]
+    assert ev["allocated_at_dump_bytes"] == 3 * MB and ev["reserved_at_dump_bytes"] == 6 * MB  # pending-free counts
+    assert ev["top_sites_at"] == "dump time" and ev["top_sites"][0]["file"] == "w.py"
+    assert any("dump-time state only" in w and "does not hold the OOM" in w for w in m.warnings)
 
 
 def test_series_is_downsampled_without_losing_the_peak(tmp_path):
@@ -299,7 +306,7 @@ def test_device_choice_and_empty_snapshot(tmp_path):
             "device_traces": [[], [], [], []]}
     loaded = load_snapshot(dump(tmp_path, snap))
     assert measure_memory(loaded).device == 3  # the device holding the most
-    assert measure_memory(loaded, device=1).metrics["memory.peak_reserved_bytes"] == 4 * MB
+    assert measure_memory(loaded, device=1).evidence["reserved_at_dump_bytes"] == 4 * MB
     empty = measure_memory(load_snapshot(dump(tmp_path, {"segments": [], "device_traces": [[]]}, "e.pickle")))
     assert empty.device is None and all(v is None for v in empty.metrics.values()) and empty.warnings
 
