@@ -28,6 +28,7 @@ import operator
 import pickle
 import re
 from collections.abc import Iterator
+from itertools import count, repeat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -464,43 +465,52 @@ class _StackTable:
         self.cut = 0
 
     def ids(self, raws: list, where: str) -> np.ndarray:
-        """Stack index of each raw stack (``None`` → 0, the empty stack)."""
-        by_id, out = self._by_id, []
-        append = out.append
-        for i, raw in enumerate(raws):
-            sid = by_id.get(id(raw))
-            append(sid if sid is not None else self._add(raw, where, i))
-        return np.array(out, dtype=np.int32)
+        """Stack index of each raw stack (``None`` → 0, the empty stack).
+
+        Fast path in C-level passes: each stack → a tuple of (file, line, name) keys, each key → a
+        provisional number (``dict.setdefault``); only distinct keys are then validated and interned.
+        Anything unusual (a missing field, a frame that is not a dict, a deep stack) takes the checked
+        path, one stack at a time.
+        """
+        provisional: dict[tuple, int] = {}
+        try:
+            stacks = [() if raw is None else raw for raw in raws]
+            if set(map(type, stacks)) - {list, tuple} or max(map(len, stacks), default=0) > MAX_FRAMES:
+                raise TypeError
+            keys = map(tuple, map(map, repeat(_FRAME_KEY), stacks))
+            numbers = np.fromiter(map(provisional.setdefault, keys, count()), dtype=np.int64, count=len(stacks))
+        except (KeyError, TypeError):  # a frame that is not a dict or lacks a field; an unhashable value
+            return np.array([self.id_of(raw, f"{where}[{i}].frames") for i, raw in enumerate(raws)], dtype=np.int32)
+        distinct, inverse = np.unique(numbers, return_inverse=True)
+        by_number = {n: key for key, n in provisional.items()}
+        keys_distinct = [by_number[n] for n in distinct.tolist()]
+        if not all(map(_plain, keys_distinct)):  # a wrongly typed field: the checked path names it
+            return np.array([self.id_of(raw, f"{where}[{i}].frames") for i, raw in enumerate(raws)], dtype=np.int32)
+        return np.array([self._intern(k) for k in keys_distinct], dtype=np.int32)[inverse]
 
     def id_of(self, raw: Any, where: str) -> int:
+        """Index of one stack, checked field by field; a stack object seen before is not read again."""
         sid = self._by_id.get(id(raw))
-        return sid if sid is not None else self._add(raw, where)
-
-    def _add(self, raw: Any, where: str, index: int | None = None) -> int:
+        if sid is not None:
+            return sid
         if raw is None:
             return 0
         if type(raw) not in (list, tuple):
-            at = f"{where}[{index}].frames" if index is not None else where
-            raise _Shape(f"{at}: expected a list of frames, found {_kind(raw)}")
+            raise _Shape(f"{where}: expected a list of frames, found {_kind(raw)}")
         frames = raw
         if len(raw) > MAX_FRAMES:
             self.cut += 1
             frames = raw[:MAX_FRAMES]
-        sid = None
-        try:  # fast path: frame dicts with all three keys; only a validated key is ever stored
-            key = tuple(map(_FRAME_KEY, frames))
-            sid = self._by_key.get(key)
-        except (KeyError, TypeError):  # a missing key, a non-dict frame, an unhashable value
-            key = None
-        if sid is None:
-            if key is None or not _plain(key):
-                at = f"{where}[{index}].frames" if index is not None else where
-                key = tuple(self._slow_key(f, f"{at}[{k}]") for k, f in enumerate(frames))
-            sid = self._by_key.get(key)
+        sid = self._intern(tuple(self._slow_key(f, f"{where}[{k}]") for k, f in enumerate(frames)))
+        self._by_id[id(raw)] = sid
+        return sid
+
+    def _intern(self, key: tuple) -> int:
+        """Index of a stack given by its validated (file, line, name) keys."""
+        sid = self._by_key.get(key)
         if sid is None:
             sid = self._by_key[key] = len(self.stacks)
             self.stacks.append(tuple(self._frame(k) for k in key))
-        self._by_id[id(raw)] = sid
         return sid
 
     def _frame(self, key: tuple[str, int, str]) -> Frame:

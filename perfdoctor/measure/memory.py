@@ -253,7 +253,7 @@ def top_sites(segments: list[Segment], trace: Trace, point: int) -> list[dict[st
         for b in seg.blocks:
             if b.state != "inactive" and b.address not in live_at_end:
                 _add_site(by_site, b.frames, b.size)
-    ranked = sorted(by_site.items(), key=lambda kv: -kv[1][0])[:TOP_SITES]
+    ranked = sorted(by_site.items(), key=lambda kv: (-kv[1][0], -kv[1][1], kv[0]))[:TOP_SITES]
     return [{"file": f, "line": line, "function": fn, "bytes": b, "count": c}
             for (f, line, fn), (b, c) in ranked]
 
