@@ -55,7 +55,7 @@ _ACTION_CODE = {a: i for i, a in enumerate(TRACE_ACTIONS)}
 # Budget of one load (budget_for): memory beyond what the process maps, CPU seconds.
 BUDGET_BASE_BYTES = 512 << 20
 BUDGET_BYTES_PER_BYTE = 32
-BUDGET_BASE_S = 10.0
+BUDGET_BASE_S = 5.0
 BUDGET_S_PER_MB = 0.25
 
 
