@@ -7,6 +7,7 @@ so that ``perfdoctor --help`` stays fast.
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from collections.abc import Callable
@@ -68,6 +69,15 @@ def _root(
     """perfdoctor: trace-based performance diagnosis for Megatron-Core training."""
 
 
+def _gib_bytes(gib: float | None) -> int | None:
+    """``--device-memory`` GiB → bytes; a GPU has between 1 MiB and 1 PiB of it."""
+    if gib is None:
+        return None
+    if not (gib > 0 and math.isfinite(gib)) or gib * (1 << 30) >= 1 << 50 or gib * (1 << 30) < 1 << 20:
+        raise UsageError(f"--device-memory must be a positive number of GiB (e.g. 80), not {gib}")
+    return int(gib * (1 << 30))
+
+
 @app.command()
 def analyze(
     paths: Annotated[list[Path], typer.Argument(help="nsys SQLite exports, or run directories holding them.")],
@@ -90,6 +100,9 @@ def analyze(
                                                       "higher (CI gating).")] = None,
     rules: Annotated[Optional[list[Path]], typer.Option("--rules", help="Directory of extra rule files (*.yaml); "
                                                         "repeatable.")] = None,
+    device_memory: Annotated[Optional[float], typer.Option(
+        "--device-memory", metavar="GIB", help="GPU memory in GiB (e.g. 80) for the memory headroom rules; "
+                                               "wins over the trace's GPU table (MIG slices).")] = None,
 ) -> None:
     """Measure where each GPU's time goes and print the breakdown."""
     from perfdoctor import api
@@ -98,7 +111,8 @@ def analyze(
     config = {"tp": tp, "pp": pp, "vpp": vpp, "cp": cp, "dp": dp, "ep": ep, "num_microbatches": num_microbatches}
     with analysis_progress() as progress:
         report = api.analyze(paths, {k: v for k, v in config.items() if v is not None}, progress=progress,
-                             rules_dirs=rules, timeline_excerpts=html is not None)
+                             rules_dirs=rules, timeline_excerpts=html is not None,
+                             device_memory_bytes=_gib_bytes(device_memory))
     _write_reports(report, html, markdown, plotly_js.value)
     if output_format is OutputFormat.json:
         from perfdoctor.render.json import render_json

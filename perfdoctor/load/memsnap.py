@@ -52,6 +52,11 @@ TRACE_ACTIONS = ("alloc", "free_requested", "free_completed", "free", "segment_a
                  "segment_map", "segment_unmap", "snapshot", "oom", "annotate")
 _ACTION_CODE = {a: i for i, a in enumerate(TRACE_ACTIONS)}
 
+# A snapshot whose history ended this long before the trace's session began, or began this long after
+# the trace's last event, is from another run (outside_session).
+SESSION_SKEW_S = 300
+SESSION_AFTER_S = 7 * 86400
+
 # Budget of one load (budget_for): memory beyond what the process maps, CPU seconds.
 BUDGET_BASE_BYTES = 512 << 20
 BUDGET_BYTES_PER_BYTE = 32
@@ -588,6 +593,52 @@ _RESULT_TYPES = frozenset({
     ("numpy._core.multiarray", "_reconstruct"), ("numpy.core.numeric", "_frombuffer"),
     ("numpy._core.numeric", "_frombuffer"),
 })  # what a loaded snapshot is made of (the child process sends it to the parent as a pickle)
+
+
+def history_range_us(snap: MemorySnapshot) -> tuple[int, int] | None:
+    """First and last time (µs since the epoch) of the snapshot's history, when its events have times."""
+    ranges = [(int(t.time_us.min()), int(t.time_us.max())) for t in snap.device_traces.values()
+              if len(t) and t.time_us is not None]
+    return (min(r[0] for r in ranges), max(r[1] for r in ranges)) if ranges else None
+
+
+def outside_session(snap: MemorySnapshot, session_start_ns: int | None, trace_end_ns: int | None) -> str | None:
+    """Why ``snap`` cannot belong to the traced session (start and last event as UTC ns), or ``None``.
+
+    The traced process starts after nsys starts its session, so a history that ended before the session
+    began is from another process (``SESSION_SKEW_S`` allows for clocks of different hosts). A history
+    may begin after the trace ends: training goes on after the capture window and snapshots are often
+    dumped at the end or at an OOM, so only one more than ``SESSION_AFTER_S`` later is refused. Without
+    times in the history (PyTorch < 2.1) nothing can be told.
+    """
+    span = history_range_us(snap)
+    if span is None or session_start_ns is None:
+        return None
+    first_ns, last_ns = span[0] * 1000, span[1] * 1000
+    if last_ns < session_start_ns - SESSION_SKEW_S * 10**9:
+        return (f"its history ({_utc(first_ns)} to {_utc(last_ns)}) ended {_duration(session_start_ns - last_ns)} "
+                f"before the trace's session began ({_utc(session_start_ns)}): it is from another run")
+    if trace_end_ns is not None and first_ns > trace_end_ns + SESSION_AFTER_S * 10**9:
+        return (f"its history begins {_duration(first_ns - trace_end_ns)} after the trace ends "
+                f"({_utc(first_ns)} vs {_utc(trace_end_ns)}): it is from another run")
+    return None
+
+
+def _utc(ns: int) -> str:
+    import datetime as dt
+
+    try:
+        return dt.datetime.fromtimestamp(ns / 1e9, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    except (OverflowError, OSError, ValueError):
+        return f"{ns} ns"
+
+
+def _duration(ns: int) -> str:
+    s = ns / 1e9
+    for unit, size in (("days", 86400), ("h", 3600), ("min", 60)):
+        if s >= size:
+            return f"{s / size:,.1f} {unit}"
+    return f"{s:,.1f} s"
 
 
 def rank_from_name(path: Path) -> int | None:

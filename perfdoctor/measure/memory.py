@@ -25,22 +25,27 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from perfdoctor.load.memsnap import TRACE_ACTIONS, Frame, MemorySnapshot, Segment, Trace, empty_trace
 
+if TYPE_CHECKING:
+    from perfdoctor.model import DeviceSummary, Run
+
 MEMORY_KEYS: tuple[str, ...] = (
     "memory.peak_allocated_bytes", "memory.peak_reserved_bytes", "memory.fragmentation_fraction",
     "memory.headroom_fraction", "memory.oom_count", "memory.segment_allocs", "memory.largest_free_block_bytes",
-    "memory.oom_requested_bytes", "memory.oom_device_free_bytes", "memory.oom_reserved_bytes",
+    "memory.oom_requested_bytes", "memory.oom_device_free_bytes", "memory.oom_allocated_bytes",
+    "memory.oom_reserved_bytes",
 )
 
 SERIES_POINTS = 500  # at most this many points in the allocated/reserved series (for plots)
 TOP_SITES = 10
 OOM_DETAILS = 3  # OOM events that get their own top allocation sites
+OOM_HOLDERS = 3  # top sites at the first OOM quoted by the finding
 ALLOC_CONF_VARS = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
 BEFORE_HISTORY = "<allocated before history recording began>"
 NO_STACK = "<no stack recorded>"
@@ -121,6 +126,7 @@ def measure_memory(snap: MemorySnapshot, device: int | None = None, device_total
             first = int(oom_points[0])
             metrics["memory.oom_requested_bytes"] = float(trace.size[first])
             metrics["memory.oom_device_free_bytes"] = float(trace.addr[first])
+            metrics["memory.oom_allocated_bytes"] = float(totals.allocated[first])
             metrics["memory.oom_reserved_bytes"] = float(totals.reserved[first])
     else:
         warnings.append(_dump_time_only(snap, len(trace)))
@@ -146,8 +152,9 @@ def measure_memory(snap: MemorySnapshot, device: int | None = None, device_total
         "allocated_at_peak_reserved_bytes": used_at_peak_r if recorded else None,
         "segment_count": len(segments),
         "segment_frees": trace.count("segment_free", "segment_unmap"),
-        "ooms": [_oom(segments, trace, totals, int(i), detailed=k < OOM_DETAILS)
-                 for k, i in enumerate(oom_points[:TOP_SITES])],
+        "ooms": (ooms := [_oom(segments, trace, totals, int(i), detailed=k < OOM_DETAILS)
+                          for k, i in enumerate(oom_points[:TOP_SITES])]),
+        "oom_holders": [_holder(site) for site in ooms[0]["top_sites"][:OOM_HOLDERS]] if ooms else None,
         "expandable_segments": _expandable(snap, segments, conf),
         "alloc_conf": conf,
         "alloc_conf_source": conf_source,
@@ -186,9 +193,50 @@ def _oom(segments: list[Segment], trace: Trace, totals: _Totals, i: int, detaile
     return out
 
 
+def _holder(site: dict[str, Any]) -> str:
+    """One top site as a line a finding can quote: ``model.py:399 forward: 12.3 GiB in 4 blocks``."""
+    where = site["file"] + (f":{site['line']}" if site["line"] else "") + (f" {site['function']}" if site["function"]
+                                                                           else "")
+    return f"{where}: {site['bytes'] / 2**30:,.2f} GiB in {site['count']:,} block{'s' if site['count'] != 1 else ''}"
+
+
 def _site_dict(frames: tuple[Frame, ...]) -> dict[str, Any] | None:
     site = allocation_site(frames)
     return {"file": site.filename, "line": site.line, "function": site.name} if site else None
+
+
+def measure_run_memory(run: Run, devices: list[DeviceSummary], per_rank: dict[str, dict[str, Any]],
+                       device_total_bytes: int | None = None) -> list[str]:
+    """Measure the snapshot attached to each GPU timeline of ``run`` into its rank's metrics and its
+    device's evidence; returns the warnings.
+
+    The device memory the headroom rules compare with is the GPU table's (``TARGET_INFO_GPU``), or
+    ``device_total_bytes`` (``--device-memory``) when given: it wins, since a MIG slice or a capped
+    process has less than the GPU table says, and it also becomes ``device.total_memory_bytes`` for
+    the rules. The timelines' GPU records are replaced (not mutated) to carry it.
+    """
+    from perfdoctor.measure.metrics import METRIC_KEYS  # it lists MEMORY_KEYS: imported here, not at the top
+    from perfdoctor.model import GpuInfo
+
+    warnings: list[str] = []
+    for tl, device in zip(run.timelines, devices):
+        if tl.device_id is None:
+            continue
+        gpu = tl.gpu
+        total = gpu.total_memory if gpu is not None else None
+        if device_total_bytes is not None:
+            if total and abs(total - device_total_bytes) > 0.02 * total:
+                warnings.append(f"{tl.label}: --device-memory {device_total_bytes / 2**30:,.1f} GiB used instead of "
+                                f"the {total / 2**30:,.1f} GiB the trace's GPU table gives")
+            total = device_total_bytes
+            tl.trace.gpus[tl.device_id] = replace(gpu, total_memory=total) if gpu is not None else \
+                GpuInfo(device_id=tl.device_id, total_memory=total)
+        if tl.memory is not None:
+            mem = measure_memory(tl.memory, tl.device_id, total, tl.trace.env)
+            per_rank.setdefault(str(tl.rank), dict.fromkeys(METRIC_KEYS)).update(mem.metrics)
+            device.evidence["memory"] = mem.evidence
+            warnings.extend(mem.warnings)
+    return warnings
 
 
 def replay(segments: list[Segment], trace: Trace) -> _Totals:
