@@ -105,7 +105,8 @@ def _child(parse: Callable[[], Any], budget: Budget, fd: int) -> None:
 
 
 def _receive(fd: int, pid: int, budget: Budget, what: str) -> tuple[bytes, bytes]:
-    deadline = time.monotonic() + budget.cpu_s * budget.wall_factor + 5.0
+    wall_s = budget.cpu_s * budget.wall_factor + 5.0
+    deadline = time.monotonic() + wall_s
     chunks, got, need = [], 0, _HEADER
     try:
         while got < need:
@@ -113,8 +114,8 @@ def _receive(fd: int, pid: int, budget: Budget, what: str) -> tuple[bytes, bytes
             if left <= 0 or not select.select([fd], [], [], left)[0]:
                 os.kill(pid, signal.SIGKILL)
                 _reap(pid)
-                raise InputError(f"{what}: reading took longer than {budget.cpu_s * budget.wall_factor:.0f} s "
-                                 "(the time budget for a file of this size); not a plausible memory snapshot")
+                raise InputError(f"{what}: reading took longer than {wall_s:.0f} s (the time budget for a file "
+                                 "of this size); not a plausible memory snapshot")
             chunk = os.read(fd, max(1 << 16, min(need - got, 1 << 24)))
             if not chunk:
                 break

@@ -29,7 +29,7 @@ import pickle
 import re
 from collections.abc import Iterator
 from itertools import count, repeat
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -385,12 +385,14 @@ def _trace(entries: list, where: str, stacks: _StackTable) -> Trace:
     column (a Python loop over a million events with a check per field would cost more than the
     unpickling)."""
     if not entries:
-        return Trace(*_columns_empty(), stacks.stacks)
+        return replace(empty_trace(), stacks=stacks.stacks)
     if any(type(e) is not dict for e in entries):
         i = next(i for i, e in enumerate(entries) if type(e) is not dict)
         raise _Shape(f"{where}[{i}]: expected a dict, found {_kind(entries[i])}")
     actions = [e.get("action") for e in entries]
-    codes = list(map(_ACTION_CODE.get, map(_hashable, actions)))
+    # only strings are looked up: hashing a hostile nested tuple could take forever
+    codes = list(map(_ACTION_CODE.get, actions)) if set(map(type, actions)) == {str} else \
+        [_ACTION_CODE.get(a) if type(a) is str else None for a in actions]
     if None in codes:
         i = codes.index(None)
         if "action" not in entries[i]:
@@ -411,16 +413,6 @@ def _trace(entries: list, where: str, stacks: _StackTable) -> Trace:
         stack=stacks.ids([e.get("frames") for e in entries], where),
         stacks=stacks.stacks,
     )
-
-
-def _columns_empty() -> tuple:
-    t = empty_trace()
-    return t.action, t.addr, t.size, t.stream, t.time_us, t.stack
-
-
-def _hashable(value: Any) -> Any:
-    """Only strings are looked up (hashing a hostile nested tuple could take forever)."""
-    return value if type(value) is str else None
 
 
 def _column(values: list, where: str, name: str, dtype: type, signed: bool = False) -> np.ndarray:
