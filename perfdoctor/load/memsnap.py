@@ -450,8 +450,9 @@ class _StackTable:
 
     A stack is keyed by its frames' (file, line, name), so the same call site in a million events
     (each with its own list of frame dicts, as PyTorch writes them) is converted and stored once.
-    Pickles also share objects: a stack list seen before is found by identity without reading it
-    again, which keeps the work linear in the file even when a hostile pickle repeats one huge stack.
+    Stacks are capped at ``MAX_FRAMES``; on the checked path a stack list seen before is found by
+    identity without reading it again. What a hostile pickle can still make expensive (hashing shared
+    nested tuples, one stack referenced a million times) is bounded by the reader's CPU budget.
     """
 
     def __init__(self) -> None:
