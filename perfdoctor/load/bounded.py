@@ -81,11 +81,8 @@ def _child(parse: Callable[[], Any], budget: Budget, fd: int) -> None:
     try:
         import resource
 
-        mapped = _mapped_bytes()
-        limit = mapped + budget.memory_bytes
-        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-        cpu = int(time.process_time() + budget.cpu_s) + 1
-        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+        _lower_limit(resource.RLIMIT_AS, _mapped_bytes() + budget.memory_bytes)
+        _lower_limit(resource.RLIMIT_CPU, int(time.process_time() + budget.cpu_s) + 1)
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent handles Ctrl-C and kills us
         # The child exits as soon as it has answered, so its garbage never needs collecting; without
         # the cyclic collector running every few hundred allocations, unpickling millions of small
@@ -142,6 +139,17 @@ def _receive(fd: int, pid: int, budget: Budget, what: str) -> tuple[bytes, bytes
     if os.WIFSIGNALED(status_code) and os.WTERMSIG(status_code) in (signal.SIGSEGV, signal.SIGBUS):
         raise InputError(f"{what}: the reader ran out of memory (budget {budget.memory_bytes / (1 << 20):,.0f} MiB)")
     raise RuntimeError(f"{what}: the reader process failed (status {status_code})")
+
+
+def _lower_limit(which: int, value: int) -> None:
+    """Set a soft limit, never above the hard limit the process already has (raising it would fail)."""
+    import resource
+
+    soft, hard = resource.getrlimit(which)
+    if hard != resource.RLIM_INFINITY:
+        value = min(value, hard)
+    if soft == resource.RLIM_INFINITY or value < soft:
+        resource.setrlimit(which, (value, hard))
 
 
 def _mapped_bytes() -> int:
