@@ -136,6 +136,7 @@ def measure_memory(snap: MemorySnapshot, device: int | None = None, device_total
 
     peak_point = int(np.argmax(totals.allocated))
     conf, conf_source = _alloc_conf(snap, env or {})
+    ooms = [_oom(segments, trace, totals, int(i), detailed=k < OOM_DETAILS) for k, i in enumerate(oom_points[:TOP_SITES])]
     evidence: dict[str, Any] = {
         "device": dev,
         "file": str(snap.path),
@@ -152,8 +153,7 @@ def measure_memory(snap: MemorySnapshot, device: int | None = None, device_total
         "allocated_at_peak_reserved_bytes": used_at_peak_r if recorded else None,
         "segment_count": len(segments),
         "segment_frees": trace.count("segment_free", "segment_unmap"),
-        "ooms": (ooms := [_oom(segments, trace, totals, int(i), detailed=k < OOM_DETAILS)
-                          for k, i in enumerate(oom_points[:TOP_SITES])]),
+        "ooms": ooms,
         "oom_holders": [_holder(site) for site in ooms[0]["top_sites"][:OOM_HOLDERS]] if ooms else None,
         "expandable_segments": _expandable(snap, segments, conf),
         "alloc_conf": conf,
