@@ -136,7 +136,8 @@ def measure_memory(snap: MemorySnapshot, device: int | None = None, device_total
 
     peak_point = int(np.argmax(totals.allocated))
     conf, conf_source = _alloc_conf(snap, env or {})
-    ooms = [_oom(segments, trace, totals, int(i), detailed=k < OOM_DETAILS) for k, i in enumerate(oom_points[:TOP_SITES])]
+    ooms = [_oom(segments, trace, totals, int(i), detailed=k < OOM_DETAILS)
+            for k, i in enumerate(oom_points[:TOP_SITES])]
     evidence: dict[str, Any] = {
         "device": dev,
         "file": str(snap.path),
