@@ -27,8 +27,8 @@ import operator
 import pickle
 import re
 from collections.abc import Iterator
-from itertools import count, repeat
 from dataclasses import dataclass, field, replace
+from itertools import count, repeat
 from pathlib import Path
 from typing import Any, NamedTuple
 
