@@ -24,8 +24,8 @@ from perfdoctor.measure.activity import activity
 from perfdoctor.measure.breakdown import activity_window, summarize
 from perfdoctor.measure.excerpt import excerpt
 from perfdoctor.measure.graphs import graph_metrics
-from perfdoctor.measure.memory import MemoryMeasurement, measure_memory
-from perfdoctor.measure.metrics import METRIC_KEYS, across_ranks, timeline_metrics
+from perfdoctor.measure.memory import MemoryMeasurement, measure_memory, measure_run_memory
+from perfdoctor.measure.metrics import across_ranks, timeline_metrics
 from perfdoctor.measure.pipeline import theory
 from perfdoctor.measure.ranks import rank_metrics, rank_stages
 from perfdoctor.measure.step_series import step_series
@@ -37,13 +37,16 @@ from perfdoctor.model import Report
 def analyze(paths: list[Path | str], config: dict[str, Any] | None = None,
             progress: Callable[[int, int, str], None] | None = None,
             rules_dirs: list[Path | str] | None = None, timeline_excerpts: bool = True,
-            config_sources: dict[str, str] | None = None, allow_mixed: bool = False) -> Report:
+            config_sources: dict[str, str] | None = None, allow_mixed: bool = False,
+            device_memory_bytes: int | None = None) -> Report:
     """Analyse trace files or run directories into one Report; ``progress(done, total, what)`` is
     called as each timeline is analysed (the CLI's progress bar). Findings come from the shipped
     rules plus those in ``rules_dirs`` (loaded first, so a bad rule file fails before the analysis).
     ``timeline_excerpts``: draw the representative step for the HTML report (the CLI skips it when no
     HTML is wanted: it costs a pass over the kernels). ``config_sources`` says where each ``config``
-    value came from (default "cli"); ``allow_mixed`` analyses inputs that are several captures as one."""
+    value came from (default "cli"); ``allow_mixed`` analyses inputs that are several captures as one.
+    ``device_memory_bytes`` (``--device-memory``): the GPU's memory for the headroom rules, over what the
+    trace's GPU table says."""
     rules = load_rules(rules_dirs)
     run = load_run([Path(p) for p in paths], config, config_sources, allow_mixed, detail=False)
     run.framework = detect_framework(run)
@@ -70,13 +73,7 @@ def analyze(paths: list[Path | str], config: dict[str, Any] | None = None,
             per_rank[str(tl.rank)] |= graph_metrics(tl, steps)
             if (work := kernel_work(tl.kernels, kcls, steps)) is not None:
                 device.evidence["work"] = work
-    memory_warnings = []
-    for tl, device in zip(run.timelines, devices):
-        if tl.memory is not None:
-            mem = measure_memory(tl.memory, tl.device_id, tl.gpu.total_memory if tl.gpu else None, tl.trace.env)
-            per_rank.setdefault(str(tl.rank), dict.fromkeys(METRIC_KEYS)).update(mem.metrics)
-            device.evidence["memory"] = mem.evidence
-            memory_warnings.extend(mem.warnings)
+    memory_warnings = measure_run_memory(run, devices, per_rank, device_memory_bytes)
     stages = rank_stages(run)
     for device in devices:
         if (run.config.get("pp") or 1) > 1 and stages.get(str(device.rank)) is not None:

@@ -7,6 +7,7 @@ so that ``perfdoctor --help`` stays fast.
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from collections.abc import Callable
@@ -80,6 +81,15 @@ ALLOW_MIXED_OPTION = typer.Option("--allow-mixed", help="Analyse inputs that are
                                   "times, manifests or world sizes) as one run anyway.")
 
 
+def _gib_bytes(gib: float | None) -> int | None:
+    """``--device-memory`` GiB → bytes; a GPU has between 1 MiB and 1 PiB of it."""
+    if gib is None:
+        return None
+    if not (gib > 0 and math.isfinite(gib)) or gib * (1 << 30) >= 1 << 50 or gib * (1 << 30) < 1 << 20:
+        raise UsageError(f"--device-memory must be a positive number of GiB (e.g. 80), not {gib}")
+    return int(gib * (1 << 30))
+
+
 @app.command()
 def analyze(
     paths: Annotated[list[Path], typer.Argument(help="nsys SQLite exports, or run directories holding them.")],
@@ -104,6 +114,9 @@ def analyze(
                                                         "repeatable.")] = None,
     config_file: Annotated[Optional[Path], CONFIG_OPTION] = None,
     allow_mixed: Annotated[bool, ALLOW_MIXED_OPTION] = False,
+    device_memory: Annotated[Optional[float], typer.Option(
+        "--device-memory", metavar="GIB", help="GPU memory in GiB (e.g. 80) for the memory headroom rules; "
+                                               "wins over the trace's GPU table (MIG slices).")] = None,
 ) -> None:
     """Measure where each GPU's time goes and print the breakdown."""
     from perfdoctor import api
@@ -116,7 +129,8 @@ def analyze(
                                                 "num_microbatches": num_microbatches})
     with analysis_progress() as progress:
         report = api.analyze(paths, config, progress=progress, rules_dirs=rules, timeline_excerpts=html is not None,
-                             config_sources=sources, allow_mixed=allow_mixed)
+                             config_sources=sources, allow_mixed=allow_mixed,
+                             device_memory_bytes=_gib_bytes(device_memory))
     _write_reports(report, html, markdown, plotly_js.value)
     if output_format is OutputFormat.json:
         from perfdoctor.render.json import render_json
@@ -268,10 +282,8 @@ def memory(
     """
     from perfdoctor import __version__, api
 
-    if device_memory is not None and not 0 < device_memory < 1 << 20:
-        raise UsageError("--device-memory must be a positive, finite number of GiB")
+    total = _gib_bytes(device_memory)
     check_outputs({"--output": output}, paths)
-    total = int(device_memory * (1 << 30)) if device_memory is not None else None
     measurements = api.memory(paths, device_total_bytes=total, device=device)
     if output_format is OutputFormat.json:
         from perfdoctor.render.memory import render_memory_json

@@ -3,6 +3,7 @@ history is cut like PyTorch's ring buffer, and knows what every number must be."
 
 from __future__ import annotations
 
+import copy
 import json
 import pickle
 import random
@@ -259,17 +260,24 @@ def test_hand_computed_example(tmp_path):
     assert ev["expandable_segments"] is None and ev["alloc_conf"] is None
 
 
-def test_no_history_uses_dump_state(tmp_path):
+@pytest.mark.parametrize("history", [None, [], [{"action": "snapshot", "addr": 0, "size": 11 * MB}]])
+def test_no_history_is_dump_time_state_only(tmp_path, history):
+    """Without allocation events nothing is a peak: peaks and counts are null, the dump-time state is
+    evidence, and the warning says so (a bare list, recording off, or a lone ``snapshot`` marker)."""
     seg = {"device": 0, "address": 0, "total_size": 6 * MB, "blocks": [
-        {"size": 2 * MB, "state": "active_allocated"}, {"size": MB, "state": "active_pending_free"},
-        {"size": 3 * MB, "state": "inactive"}]}
-    m = measure_memory(load_snapshot(dump(tmp_path, [seg])))
-    assert m.metrics["memory.peak_allocated_bytes"] == 3 * MB  # pending-free blocks still occupy memory
-    assert m.metrics["memory.peak_reserved_bytes"] == 6 * MB
-    assert m.metrics["memory.fragmentation_fraction"] == pytest.approx(0.5)
-    assert m.metrics["memory.oom_count"] is None and m.metrics["memory.segment_allocs"] is None
-    assert m.metrics["memory.headroom_fraction"] is None  # device memory unknown
-    assert any("no allocation history" in w for w in m.warnings)
+        {"size": 2 * MB, "state": "active_allocated", "frames": [{"filename": "w.py", "line": 3, "name": "w"}]},
+        {"size": MB, "state": "active_pending_free"}, {"size": 3 * MB, "state": "inactive"}]}
+    raw = [seg] if history is None else {"segments": [seg], "device_traces": [history]}
+    m = measure_memory(load_snapshot(dump(tmp_path, raw, "snapshot_oom_rank-0.pickle")), device_total_bytes=80 * MB)
+    for key in ("memory.peak_allocated_bytes", "memory.peak_reserved_bytes", "memory.fragmentation_fraction",
+                "memory.headroom_fraction", "memory.oom_count", "memory.segment_allocs"):
+        assert m.metrics[key] is None, key
+    assert m.metrics["memory.largest_free_block_bytes"] == 3 * MB  # a dump-time quantity by definition
+    ev = m.evidence
+    assert ev["state"] == "dump-time state only" and not ev["has_history"]
+    assert ev["allocated_at_dump_bytes"] == 3 * MB and ev["reserved_at_dump_bytes"] == 6 * MB  # pending-free counts
+    assert ev["top_sites_at"] == "dump time" and ev["top_sites"][0]["file"] == "w.py"
+    assert any("dump-time state only" in w and "does not hold the OOM" in w for w in m.warnings)
 
 
 def test_series_is_downsampled_without_losing_the_peak(tmp_path):
@@ -299,7 +307,7 @@ def test_device_choice_and_empty_snapshot(tmp_path):
             "device_traces": [[], [], [], []]}
     loaded = load_snapshot(dump(tmp_path, snap))
     assert measure_memory(loaded).device == 3  # the device holding the most
-    assert measure_memory(loaded, device=1).metrics["memory.peak_reserved_bytes"] == 4 * MB
+    assert measure_memory(loaded, device=1).evidence["reserved_at_dump_bytes"] == 4 * MB
     empty = measure_memory(load_snapshot(dump(tmp_path, {"segments": [], "device_traces": [[]]}, "e.pickle")))
     assert empty.device is None and all(v is None for v in empty.metrics.values()) and empty.warnings
 
@@ -360,13 +368,27 @@ def _run_dir(tmp_path: Path, snapshots: dict[str, object]) -> Path:
     return run
 
 
+def at_time(snap: dict, t0_us: int) -> dict:
+    """The snapshot with its history moved to start at ``t0_us`` (µs since the epoch, as PyTorch records)."""
+    snap = copy.deepcopy(snap)  # the simulator's events are shared between its snapshots
+    for trace in snap["device_traces"]:
+        for e in trace:
+            e["time_us"] += t0_us
+    return snap
+
+
+H100_SESSION_US = 1779782330176752  # session start of the real 2-GPU trace (TARGET_INFO_SESSION_START_TIME)
+SIM_SESSION_US = 1780000000022947  # and of the simulated sample traces
+
+
 def test_analyze_attaches_snapshots_by_rank(tmp_path):
     from perfdoctor import api
     from perfdoctor.render.json import report_dict
 
     sim = simulate(3)
     keep = len(sim.events) // 2
-    run = _run_dir(tmp_path, {"rank1.pickle": sim.snapshot(keep), "rank7.pickle": sim.snapshot(keep)})
+    run = _run_dir(tmp_path, {"rank1.pickle": at_time(sim.snapshot(keep), H100_SESSION_US + 5_000_000),
+                              "rank7.pickle": sim.snapshot(keep)})
     report = api.analyze([run])
     want = truth(sim, keep)
     r1, r0 = report.metrics["ranks"]["1"], report.metrics["ranks"]["0"]
@@ -397,7 +419,7 @@ def test_cli_analyze_takes_a_snapshot_given_directly(tmp_path):
 
     trace = SAMPLES / "exposed_tp" / "exposed_tp.rank0.sqlite"  # simulated H100 80GB: GPU table present
     sim = simulate(5)
-    snap = dump(tmp_path, sim.snapshot(len(sim.events)), "snapshot.pickle")  # Megatron-LM's name, no rank
+    snap = dump(tmp_path, at_time(sim.snapshot(len(sim.events)), SIM_SESSION_US), "snapshot.pickle")  # no rank
     result = _cli("analyze", str(trace), str(snap), "--format", "json")
     assert result.returncode == 0, result.stderr
     doc = json.loads(result.stdout)
@@ -408,6 +430,114 @@ def test_cli_analyze_takes_a_snapshot_given_directly(tmp_path):
     assert doc["devices"][0]["evidence"]["memory"]["device_total_bytes"] == 80 << 30
     only = _cli("analyze", str(snap))
     assert only.returncode == 2 and "perfdoctor memory" in only.stderr and "Traceback" not in only.stderr
+
+
+def test_snapshot_from_another_run_is_refused(tmp_path):
+    """A history that ended months before the trace's session began (or began weeks after it ended) is
+    not this run's: not attached, said so; one within the session, or shortly after it, is kept."""
+    from perfdoctor import api
+
+    sim = simulate(3)
+    keep = len(sim.events)
+    day_us = 86_400 * 10**6
+    run = _run_dir(tmp_path, {"rank0.pickle": at_time(sim.snapshot(keep), H100_SESSION_US - 120 * day_us),
+                              "rank1.pickle": at_time(sim.snapshot(keep), H100_SESSION_US + 30 * day_us)})
+    report = api.analyze([run])
+    for rank, words in (("0", "before the trace's session began"), ("1", "after the trace ends")):
+        assert report.metrics["ranks"][rank]["memory.peak_allocated_bytes"] is None
+        assert any(f"rank{rank}.pickle: memory snapshot not used" in w and words in w and "another run" in w
+                   for w in report.warnings), report.warnings
+    later = _run_dir(tmp_path / "later", {"rank1.pickle": at_time(sim.snapshot(keep), H100_SESSION_US + day_us)})
+    assert api.analyze([later]).metrics["ranks"]["1"]["memory.peak_allocated_bytes"] is not None
+
+
+def with_oom(snap: dict, request: int, free: int) -> dict:
+    """An OOM event at the end of the history, as PyTorch records it (``device_free`` instead of ``addr``)."""
+    snap = copy.deepcopy(snap)
+    trace = snap["device_traces"][0]
+    trace.append({"action": "oom", "device_free": free, "size": request, "stream": 0,
+                  "time_us": trace[-1]["time_us"] + 1, "frames": site_frames(SITES[0])})
+    return snap
+
+
+def test_oom_in_every_rank_is_a_finding(tmp_path):
+    """Simulated allocators on both ranks of the real 2-GPU trace run out of memory: one `oom` finding
+    for both ranks with the request, the free memory, what the allocator held, and who held it."""
+    from perfdoctor import api
+
+    sims = {r: simulate(10 + r) for r in (0, 1)}
+    snaps = {f"rank{r}.pickle": with_oom(at_time(sim.snapshot(len(sim.events)), H100_SESSION_US + 1_000_000),
+                                         request=(3 + r) * MB, free=MB // 2) for r, sim in sims.items()}
+    report = api.analyze([_run_dir(tmp_path, snaps)])
+    (oom,) = [f for f in report.findings if f["rule"] == "oom"]
+    assert oom["ranks"] == [0, 1] and oom["severity"] == "high"
+    rank1 = report.metrics["ranks"]["1"]
+    sim = sims[1]
+    end = len(sim.points) - 1  # the OOM changes nothing: what was held then is what is held at the end
+    held_truth: dict[str, int] = defaultdict(int)
+    for a in [*sim.done, *sim.allocations.values()]:
+        if a.alloc_event + 1 <= end < (a.free_event + 1 if a.free_event is not None else end + 1):
+            held_truth[f"/megatron/core/{a.site}.py"] += a.size
+    assert rank1["memory.oom_count"] == 1 and rank1["memory.oom_requested_bytes"] == 4 * MB
+    assert rank1["memory.oom_device_free_bytes"] == MB // 2
+    ev = next(d for d in report.devices if d.rank == 1).evidence["memory"]
+    (event,) = ev["ooms"]
+    assert event["allocated_bytes"] == sim.points[-1][0] == rank1["memory.oom_allocated_bytes"]
+    assert event["reserved_bytes"] == sim.points[-1][1] == rank1["memory.oom_reserved_bytes"]
+    assert {s["file"]: s["bytes"] for s in event["top_sites"]} == dict(held_truth)
+    assert ev["oom_holders"] and "GiB in" in ev["oom_holders"][0]
+    assert "Largest holders at that moment: /megatron/core/" in oom["summary"]
+    knobs = {k["env"] or k["megatron_lm"] for k in oom["knobs"]}
+    assert "--recompute-granularity" in knobs and "--use-distributed-optimizer" in knobs
+
+
+def test_analyze_device_memory_feeds_the_headroom_rules(tmp_path):
+    """The real 2-GPU trace has no GPU table: `memory-pressure` needs --device-memory to judge."""
+    sim = simulate(3)
+    run = _run_dir(tmp_path, {"rank1.pickle": at_time(sim.snapshot(len(sim.events)), H100_SESSION_US + 10**6)})
+    peak = truth(sim, len(sim.events))["memory.peak_reserved_bytes"]
+    rules = {}
+    for gib in (None, peak / 0.95 / 2**30, peak / 0.5 / 2**30):
+        args = ["analyze", str(run), "--format", "json"] + (["--device-memory", f"{gib:.6f}"] if gib else [])
+        result = _cli(*args)
+        assert result.returncode == 0, result.stderr
+        doc = json.loads(result.stdout)
+        rules[gib] = {f["rule"] for f in doc["findings"]}
+        if gib:
+            headroom = doc["metrics"]["ranks"]["1"]["memory.headroom_fraction"]
+            assert headroom == pytest.approx(1 - peak / (gib * 2**30), abs=1e-4)
+    assert "memory-pressure" not in rules[None]
+    assert [("memory-pressure" in r) for r in list(rules.values())[1:]] == [True, False]
+    bad = _cli("analyze", str(run), "--device-memory", "inf")
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--device-memory" in bad.stderr
+
+
+def test_real_oom_dump_without_the_oom_in_its_history():
+    """FlexGen's OPT snapshot dumped after an OOM: its history is one `snapshot` marker. It must say
+    dump-time state only and that the OOM is not in its history, with null peaks and OOM count."""
+    from tests.paths import SHARED
+
+    path = SHARED / "traces" / "memory" / "flexgen_opt_oom_snapshot.pickle"
+    result = _cli("memory", str(path), "--format", "json")
+    assert result.returncode == 0, result.stderr
+    (snap,) = json.loads(result.stdout)["snapshots"]
+    assert snap["metrics"]["memory.peak_allocated_bytes"] is None and snap["metrics"]["memory.oom_count"] is None
+    assert snap["evidence"]["state"] == "dump-time state only"
+    assert snap["evidence"]["reserved_at_dump_bytes"] > 10 << 30  # 11 GiB held when it was dumped
+    (warning,) = [w for w in json.loads(result.stdout)["warnings"] if "flexgen_opt_oom" in w]
+    assert "dump-time state only" in warning and "does not hold the OOM" in warning
+    text = _cli("memory", str(path))
+    assert "dump-time state only" in text.stdout and "peak allocated" not in text.stdout
+
+
+def test_real_snapshots_with_history_are_measured():
+    """cs336's training-step snapshot (5,163 events with times): peaks measured, no OOM, no dump-only note."""
+    from tests.paths import SHARED
+
+    m = measure_memory(load_snapshot(SHARED / "traces" / "memory" / "cs336_memory_snapshot.pickle"))
+    assert m.evidence["state"] == "history" and m.evidence["history_events"] == 5163
+    assert m.metrics["memory.oom_count"] == 0 and m.metrics["memory.peak_allocated_bytes"] > 0
+    assert not any("dump-time" in w for w in m.warnings)
 
 
 def test_cli_memory_command(tmp_path):

@@ -5,10 +5,12 @@ from __future__ import annotations
 import copyreg
 import os
 import pickle
+import re
 import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from perfdoctor.errors import InputError
@@ -307,3 +309,52 @@ def test_frames_with_unhashable_fields_are_a_shape_error(tmp_path):
     snap["device_traces"][0][1]["frames"] = [{"filename": ["a"], "line": 1, "name": "f"}]
     with pytest.raises(InputError, match=r"filename: expected a string, found list"):
         load_snapshot(write(tmp_path, snap))
+
+
+# --------------------------------------------------------------------------------------------
+# Columns and budgets
+
+
+def test_history_columns_and_interned_stacks(tmp_path):
+    snap = small_snapshot()
+    trace = snap["device_traces"][0]
+    trace += [{"action": "alloc", "addr": (1 << 64) - 1, "size": MB, "stream": -5, "time_us": 12,
+               "frames": _frames("weights", "train")},  # the same stack as event 1, other dict objects
+              {"action": "oom", "device_free": 7 * MB, "size": 9 * MB, "stream": 0, "time_us": 13}]
+    loaded = load_snapshot(write(tmp_path, snap)).device_traces[0]
+    assert loaded.addr.dtype == np.uint64 and int(loaded.addr[2]) == (1 << 64) - 1
+    assert loaded.stream[2] == -5 and loaded.time_us.tolist() == [10, 11, 12, 13]
+    assert loaded.stack[1] == loaded.stack[2] != 0 and loaded[1].frames is loaded[2].frames
+    assert loaded[3] == memsnap.TraceEntry("oom", 7 * MB, 9 * MB, 0, 13, ())
+    assert loaded.count("alloc") == 2 and loaded.count("oom", "segment_alloc") == 2
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("addr", True, "addr: expected an integer, found bool"),
+    ("size", 1 << 63, "does not fit in 63 bits"),
+    ("size", -1, "size: negative"),
+    ("addr", 1 << 70, "does not fit in 64 bits"),
+    ("stream", "0", "stream: expected an integer, found str"),
+    ("action", ("alloc",), "action: a tuple is not an allocator action"),
+])
+def test_bad_history_fields_name_the_event(tmp_path, field, value, message):
+    snap = small_snapshot()
+    snap["device_traces"][0][1][field] = value
+    with pytest.raises(InputError, match=re.escape(message)) as err:
+        load_snapshot(write(tmp_path, snap))
+    assert "device_traces[0][1]" in str(err.value)
+
+
+def test_over_budget_is_one_line(tmp_path, monkeypatch):
+    """The budgets are enforced by the kernel on the reader child: memory (RLIMIT_AS) and CPU time."""
+    memo = tmp_path / "memo.pickle"  # LONG_BINPUT 2**32 - 1: a memo of four billion entries, whatever the heap has free
+    memo.write_bytes(b"\x80\x04Nr\xff\xff\xff\xff.")
+    with pytest.raises(InputError, match="memory budget"):
+        load_snapshot(memo)
+    monkeypatch.undo()
+    bomb = tmp_path / "bomb.pickle"  # a dict keyed by a 2**40-element shared tuple: hashing never ends
+    bomb.write_bytes(b"\x80\x02})" + b"".join(b"q" + bytes([i]) + b"h" + bytes([i]) + b"\x86" for i in range(40))
+                     + b"Ns.")
+    monkeypatch.setattr(memsnap, "BUDGET_BASE_S", 1.0)
+    with pytest.raises(InputError, match="CPU budget|time budget"):  # CPU limit, or wall clock on a busy machine
+        load_snapshot(bomb)

@@ -14,7 +14,7 @@ from typing import Any
 from perfdoctor.load.discover import discover, discover_snapshots, reads_as_kineto
 from perfdoctor.load.kineto import load_kineto
 from perfdoctor.load.labels import config_mark, rank_mark
-from perfdoctor.load.memsnap import MemorySnapshot, load_snapshot, rank_from_name
+from perfdoctor.load.memsnap import MemorySnapshot, load_snapshot, outside_session, rank_from_name
 from perfdoctor.load.nsys import load_export
 from perfdoctor.load.run_identity import check_one_run
 from perfdoctor.model import Run, Timeline
@@ -64,8 +64,17 @@ def _attach_snapshots(run: Run, snapshots: list[MemorySnapshot]) -> None:
         elif tl.memory is not None:
             run.warnings.append(f"{snap.path.name}: memory snapshot not used: rank {tl.rank} already has "
                                 f"{tl.memory.path.name}")
+        elif other_run := outside_session(snap, tl.trace.session_start_utc_ns, _trace_end_ns(tl)):
+            run.warnings.append(f"{snap.path.name}: memory snapshot not used: {other_run}")
         else:
             tl.memory = snap
+
+
+def _trace_end_ns(tl: Timeline) -> int | None:
+    """UTC time of the timeline's last kernel (times are ns since the session start)."""
+    if tl.trace.session_start_utc_ns is None or not len(tl.kernels):
+        return None
+    return tl.trace.session_start_utc_ns + int(tl.kernels["end"].max())
 
 
 def _assign_ranks(run: Run) -> None:

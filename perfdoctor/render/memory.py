@@ -62,20 +62,24 @@ def memory_tables(metrics: dict[str, Any], evidence: dict[str, Any]) -> list:
     t.add_column(style="bold")
     t.add_column(justify="right")
     t.add_column(style="dim")
-    reserved = metrics.get("memory.peak_reserved_bytes")
-    t.add_row("peak allocated", _bytes(metrics.get("memory.peak_allocated_bytes")),
-              _at(evidence.get("peak_allocated_at_us")))
-    t.add_row("peak reserved", _bytes(reserved), _at(evidence.get("peak_reserved_at_us")))
-    t.add_row("fragmentation", _pct(metrics.get("memory.fragmentation_fraction")),
-              "of peak reserved never allocated at once")
-    headroom = metrics.get("memory.headroom_fraction")
-    total = evidence.get("device_total_bytes")
-    t.add_row("headroom", _pct(headroom), f"of {_bytes(total)} device memory free at peak reserved" if total
-              else "device memory unknown (give --device-memory)")
+    if evidence.get("has_history", True):
+        t.add_row("peak allocated", _bytes(metrics.get("memory.peak_allocated_bytes")),
+                  _at(evidence.get("peak_allocated_at_us")))
+        t.add_row("peak reserved", _bytes(metrics.get("memory.peak_reserved_bytes")),
+                  _at(evidence.get("peak_reserved_at_us")))
+        t.add_row("fragmentation", _pct(metrics.get("memory.fragmentation_fraction")),
+                  "of peak reserved never allocated at once")
+        headroom = metrics.get("memory.headroom_fraction")
+        total = evidence.get("device_total_bytes")
+        t.add_row("headroom", _pct(headroom), f"of {_bytes(total)} device memory free at peak reserved" if total
+                  else "device memory unknown (give --device-memory)")
+    else:
+        t.add_row("state", "dump-time state only", "no allocation history: peaks and OOMs not measured")
     t.add_row("largest free block", _bytes(metrics.get("memory.largest_free_block_bytes")), "cached, at dump time")
-    t.add_row("segment allocations", _count(metrics.get("memory.segment_allocs")),
-              f"cudaMalloc/map calls in the history; {evidence.get('segment_frees', 0):,} released")
-    t.add_row("OOMs", _count(metrics.get("memory.oom_count")), "")
+    if evidence.get("has_history", True):
+        t.add_row("segment allocations", _count(metrics.get("memory.segment_allocs")),
+                  f"cudaMalloc/map calls in the history; {evidence.get('segment_frees', 0):,} released")
+        t.add_row("OOMs", _count(metrics.get("memory.oom_count")), "")
     t.add_row("segments at dump", f"{evidence.get('segment_count', 0):,}",
               f"{_bytes(evidence.get('reserved_at_dump_bytes'))} reserved, "
               f"{_bytes(evidence.get('allocated_at_dump_bytes'))} allocated")
@@ -86,24 +90,35 @@ def memory_tables(metrics: dict[str, Any], evidence: dict[str, Any]) -> list:
                    else ""))
     history = (f"{evidence.get('history_events', 0):,} events" + (
         f" over {evidence['history_span_us'] / 1e6:,.3f} s" if evidence.get("history_span_us") is not None else "")
-        if evidence.get("has_history") else "none recorded: peaks are the dump-time state")
+        if evidence.get("has_history") else f"{evidence.get('history_events', 0):,} events, none an allocation")
     t.add_row("history", history, "")
     parts: list = [t]
     series = evidence.get("series") or {}
     if len(series.get("allocated") or []) > 1:
         parts.append(Text.assemble(("allocated over time  ", "bold"), _sparkline(series["allocated"])))
+    for oom in (evidence.get("ooms") or [])[:1]:
+        parts.append(Text.assemble(("out of memory", "bold red"), (
+            f"  {_at(oom.get('time_us')) or ''}: {_bytes(oom['requested_bytes'])} requested, "
+            f"{_bytes(oom['device_free_bytes'])} free on the device, allocator held {_bytes(oom['reserved_bytes'])} "
+            f"({_bytes(oom['allocated_bytes'])} allocated)")))
+        if oom.get("top_sites"):
+            parts.append(_sites_table("holders at the first OOM", oom["top_sites"]))
     sites = evidence.get("top_sites") or []
     if sites:
-        s = Table(title="top allocation sites at peak allocated", title_justify="left", padding=(0, 1))
-        s.add_column("bytes", justify="right")
-        s.add_column("blocks", justify="right")
-        s.add_column("site")
-        for site in sites:
-            where = site["file"] + (f":{site['line']}" if site.get("line") else "")
-            s.add_row(_bytes(site["bytes"]), f"{site['count']:,}",
-                      Text(where + (f"  {site['function']}" if site.get("function") else "")))
-        parts.append(s)
+        parts.append(_sites_table(f"top allocation sites at {evidence.get('top_sites_at', 'peak allocated')}", sites))
     return parts
+
+
+def _sites_table(title: str, sites: list[dict[str, Any]]) -> Table:
+    s = Table(title=title, title_justify="left", padding=(0, 1))
+    s.add_column("bytes", justify="right")
+    s.add_column("blocks", justify="right")
+    s.add_column("site")
+    for site in sites:
+        where = site["file"] + (f":{site['line']}" if site.get("line") else "")
+        s.add_row(_bytes(site["bytes"]), f"{site['count']:,}",
+                  Text(where + (f"  {site['function']}" if site.get("function") else "")))
+    return s
 
 
 def _sparkline(values: list[int]) -> str:
