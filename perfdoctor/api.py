@@ -7,6 +7,7 @@ nothing here formats output.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -16,51 +17,71 @@ from perfdoctor.classify.timeline import copy_classes, kernel_classes
 from perfdoctor.diagnose import diagnose, load_rules
 from perfdoctor.diff import Diff, compare, read_report
 from perfdoctor.errors import InputError
-from perfdoctor.load.discover import discover_snapshots
+from perfdoctor.execute import run_tasks
+from perfdoctor.load.discover import discover, discover_snapshots
+from perfdoctor.load.labels import config_mark, rank_mark
 from perfdoctor.load.memsnap import load_snapshot, rank_from_name
-from perfdoctor.load.run import load_run
+from perfdoctor.load.nsys import load_export
+from perfdoctor.load.run import assign_ranks, attach_snapshots, merge_config
 from perfdoctor.measure.activity import activity
 from perfdoctor.measure.breakdown import activity_window, summarize
+from perfdoctor.measure.collectives import Collectives, collectives
 from perfdoctor.measure.excerpt import excerpt
+from perfdoctor.measure.host import host_gaps
 from perfdoctor.measure.memory import MemoryMeasurement, measure_memory
 from perfdoctor.measure.metrics import METRIC_KEYS, across_ranks, timeline_metrics
+from perfdoctor.measure.peers import match
 from perfdoctor.measure.pipeline import theory
-from perfdoctor.measure.ranks import rank_metrics, rank_stages
+from perfdoctor.measure.ranks import peer_metrics, rank_metrics, rank_stages
 from perfdoctor.measure.step_series import step_series
 from perfdoctor.measure.steps import find_steps
-from perfdoctor.model import Report
+from perfdoctor.model import DeviceSummary, Report, Run, Timeline, TimelineInfo, TraceInfo
 
 
 def analyze(paths: list[Path | str], config: dict[str, Any] | None = None,
             progress: Callable[[int, int, str], None] | None = None,
-            rules_dirs: list[Path | str] | None = None, timeline_excerpts: bool = True) -> Report:
+            rules_dirs: list[Path | str] | None = None, timeline_excerpts: bool = True,
+            jobs: int | None = None, dask: str | None = None) -> Report:
     """Analyse trace files or run directories into one Report; ``progress(done, total, what)`` is
-    called as each timeline is analysed (the CLI's progress bar). Findings come from the shipped
+    called as each file's ranks are analysed (the CLI's progress bar). Findings come from the shipped
     rules plus those in ``rules_dirs`` (loaded first, so a bad rule file fails before the analysis).
     ``timeline_excerpts``: draw the representative step for the HTML report (the CLI skips it when no
-    HTML is wanted: it costs a pass over the kernels)."""
+    HTML is wanted: it costs a pass over the kernels). ``jobs`` / ``dask``: where the per-rank tasks
+    run (perfdoctor.execute); the Report is the same whichever runs them."""
     rules = load_rules(rules_dirs)
-    run = load_run([Path(p) for p in paths], config)
-    devices, per_rank = [], {}
-    series, excerpts = {}, []
-    for done, tl in enumerate(run.timelines):
-        if progress is not None:
-            progress(done, len(run.timelines), f"analysing {tl.label}")
-        kcls = kernel_classes(tl.kernels)
-        ccls = copy_classes(tl.memcpy)
-        groups = label_groups(tl, kcls, run.config)
-        window = activity_window(tl)
-        steps = find_steps(tl, window, kcls) if window else None
-        act = activity(tl, kcls, ccls)
-        device = summarize(tl, kcls, ccls, act, steps)
-        device.groups = groups.summary(tl.kernels)
-        devices.append(device)
-        excerpts.append(excerpt(tl, kcls, act, steps, groups, run.config)
-                        if steps is not None and timeline_excerpts else None)
-        if steps is not None:
-            series[str(tl.rank)] = step_series(tl.kernels, act, steps, groups)
-        if steps is not None:
-            per_rank[str(tl.rank)], device.evidence = timeline_metrics(tl, kcls, act, steps, groups, run.config)
+    files = discover([Path(p) for p in paths])
+    snapshots = [load_snapshot(p) for p in discover_snapshots([Path(p) for p in paths])]  # small: fail fast
+    cli = config or {}
+    tasks = [FileTask(path, cli, timeline_excerpts) for path in files]
+    results = run_tasks(analyze_file, tasks, jobs, dask, progress)
+    run = Run(traces=[r.trace for r in results], timelines=[rank.info for r in results for rank in r.ranks])
+    for info in run.traces:
+        run.warnings.extend(f"{info.path.name}: {w}" for w in info.warnings)
+    assign_ranks(run, mark_of=lambda tl: tl.rank_mark)
+    attach_snapshots(run, snapshots)
+    merge_config(run, cli, mark_of=lambda tl: tl.config_mark)
+    # A file whose own config marks differ from the run's (say it has none) is classified again with
+    # the run's config, so every rank is measured under the same parallel config.
+    stale = [i for i, r in enumerate(results) if r.config != run.config]
+    if stale:
+        again = run_tasks(analyze_file, [FileTask(files[i], run.config, timeline_excerpts) for i in stale], jobs, dask)
+        for i, result in zip(stale, again):
+            for old, new in zip(results[i].ranks, result.ranks):
+                new.info = old.info
+            results[i] = result
+    ranks = sorted((rank for r in results for rank in r.ranks), key=lambda rank: rank.info.rank)
+    run.timelines = [rank.info for rank in ranks]
+    devices, per_rank, series, excerpts = [], {}, {}, []
+    for rank in ranks:
+        rank.device.rank, rank.device.label = rank.info.rank, rank.info.label
+        if rank.excerpt is not None:
+            rank.excerpt.rank = rank.info.rank
+        devices.append(rank.device)
+        excerpts.append(rank.excerpt)
+        if rank.series is not None:
+            series[str(rank.info.rank)] = rank.series
+        if rank.metrics is not None:
+            per_rank[str(rank.info.rank)] = rank.metrics
     memory_warnings = []
     for tl, device in zip(run.timelines, devices):
         if tl.memory is not None:
@@ -68,11 +89,20 @@ def analyze(paths: list[Path | str], config: dict[str, Any] | None = None,
             per_rank.setdefault(str(tl.rank), dict.fromkeys(METRIC_KEYS)).update(mem.metrics)
             device.evidence["memory"] = mem.evidence
             memory_warnings.extend(mem.warnings)
-    stages = rank_stages(run)
+    stages, world = rank_stages(run)
     for device in devices:
         if (run.config.get("pp") or 1) > 1 and stages.get(str(device.rank)) is not None:
             device.evidence["pipeline"] = {"stage": stages[str(device.rank)]}
-    metrics_all = across_ranks(per_rank) | rank_metrics(per_rank, stages)
+    waits = match({rank.info.rank: rank.collectives for rank in ranks if rank.collectives is not None},
+                  {int(r): {k.split(".")[1]: v for k, v in m.items() if k.endswith(".exposed_ms")}
+                   for r, m in per_rank.items()}, run.config, world)
+    for device in devices:
+        if str(device.rank) in waits.evidence:
+            device.evidence["peers"] = waits.evidence[str(device.rank)]
+    for r, metrics in per_rank.items():
+        metrics.update(waits.metrics.get(r, {}))
+        metrics["ranks.late_ms"] = waits.late_ms.get(r)
+    metrics_all = across_ranks(per_rank) | rank_metrics(per_rank, stages) | peer_metrics(waits, per_rank, devices)
     warnings = list(run.warnings) + memory_warnings
     if (run.config.get("pp") or 1) > 1 and (missing := theory(run.config)[1]):
         flag = "--" + missing[0].replace("_", "-")
@@ -85,6 +115,70 @@ def analyze(paths: list[Path | str], config: dict[str, Any] | None = None,
                     excerpts=excerpts)
     report.findings = diagnose(report, rules)
     return report
+
+
+@dataclass(frozen=True)
+class FileTask:
+    """One unit of work: a trace file and the config to classify its ranks with."""
+
+    path: Path
+    config: dict[str, Any]
+    excerpts: bool
+
+
+@dataclass
+class RankResult:
+    """What one rank's task sends back (small and picklable; never the timeline)."""
+
+    info: TimelineInfo
+    device: DeviceSummary
+    metrics: dict[str, Any] | None
+    series: dict[str, list[float]] | None
+    excerpt: Any
+    collectives: Collectives | None
+
+
+@dataclass
+class FileResult:
+    trace: TraceInfo
+    config: dict[str, Any]  # the config its ranks were classified with
+    ranks: list[RankResult] = field(default_factory=list)
+
+
+def analyze_file(task: FileTask) -> FileResult:
+    """Load one file, then analyse its timelines one at a time, each dropped once summarised."""
+    trace, timelines = load_export(task.path)
+    run = Run(traces=[trace], timelines=timelines)
+    assign_ranks(run)  # provisional (within the file); the run-level assignment has the last word
+    merge_config(run, task.config)
+    result = FileResult(trace, run.config)
+    while timelines:
+        result.ranks.append(analyze_timeline(timelines.pop(0), run.config, task.excerpts))
+    return result
+
+
+def analyze_timeline(tl: Timeline, config: dict[str, Any], excerpts: bool) -> RankResult:
+    """One rank: classify → measure → summary."""
+    kcls = kernel_classes(tl.kernels)
+    ccls = copy_classes(tl.memcpy)
+    groups = label_groups(tl, kcls, config)
+    window = activity_window(tl)
+    steps = find_steps(tl, window, kcls) if window else None
+    act = activity(tl, kcls, ccls)
+    device = summarize(tl, kcls, ccls, act, steps)
+    device.groups = groups.summary(tl.kernels)
+    info = TimelineInfo(trace=tl.trace, pid=tl.pid, global_pid=tl.global_pid, device_id=tl.device_id,
+                        process_name=tl.process_name, rank=tl.rank, rank_source=tl.rank_source,
+                        rank_mark=rank_mark(tl), config_mark=config_mark(tl))
+    result = RankResult(info, device, None, None, None, None)
+    if steps is None:
+        return result
+    result.excerpt = excerpt(tl, kcls, act, steps, groups, config) if excerpts else None
+    result.series = step_series(tl.kernels, act, steps, groups)
+    result.metrics, device.evidence = timeline_metrics(tl, kcls, act, steps, groups, config)
+    if tl.device_id is not None and len(steps):
+        result.collectives = collectives(tl, act, steps, groups, host_gaps(tl, steps, act.busy))
+    return result
 
 
 def memory(paths: list[Path | str], device_total_bytes: int | None = None,

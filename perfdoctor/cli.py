@@ -90,6 +90,10 @@ def analyze(
                                                       "higher (CI gating).")] = None,
     rules: Annotated[Optional[list[Path]], typer.Option("--rules", help="Directory of extra rule files (*.yaml); "
                                                         "repeatable.")] = None,
+    jobs: Annotated[Optional[int], typer.Option("--jobs", "-j", min=1, help="Processes analysing ranks in parallel "
+                                                "(default: the machine's cores).")] = None,
+    dask: Annotated[Optional[str], typer.Option("--dask", help="Run the per-rank tasks on Dask: `local` (a "
+                                                "LocalCluster of --jobs workers) or tcp://HOST:PORT.")] = None,
 ) -> None:
     """Measure where each GPU's time goes and print the breakdown."""
     from perfdoctor import api
@@ -98,7 +102,7 @@ def analyze(
     config = {"tp": tp, "pp": pp, "vpp": vpp, "cp": cp, "dp": dp, "ep": ep, "num_microbatches": num_microbatches}
     with analysis_progress() as progress:
         report = api.analyze(paths, {k: v for k, v in config.items() if v is not None}, progress=progress,
-                             rules_dirs=rules, timeline_excerpts=html is not None)
+                             rules_dirs=rules, timeline_excerpts=html is not None, jobs=jobs, dask=dask)
     _write_reports(report, html, markdown, plotly_js.value)
     if output_format is OutputFormat.json:
         from perfdoctor.render.json import render_json

@@ -101,19 +101,54 @@ class Timeline:
 
     @property
     def gpu(self) -> GpuInfo | None:
-        if self.device_id is None:
-            return None
-        return self.trace.gpus.get(self.device_id)
+        return _gpu(self)
 
     @property
     def label(self) -> str:
-        """Short human name: ``rank 0 · pid 144 · GPU 0``."""
-        bits = []
-        if self.rank is not None:
-            bits.append(f"rank {self.rank}")
-        bits.append(f"pid {self.pid}")
-        bits.append(f"GPU {self.device_id}" if self.device_id is not None else "no GPU")
-        return " · ".join(bits)
+        return _label(self)
+
+
+@dataclass
+class TimelineInfo:
+    """Who a Timeline is, without its event tables: what a per-rank task sends back to the process that
+    assembles the Report (DESIGN §1 "Execution"), so no timeline ever travels between processes.
+    ``rank_mark`` / ``config_mark`` are the capture hook's marks, kept for the run-level rank assignment
+    and config merge."""
+
+    trace: TraceInfo
+    pid: int
+    global_pid: int
+    device_id: int | None
+    process_name: str | None = None
+    rank: int | None = None
+    rank_source: str | None = None
+    rank_mark: dict[str, int] | None = None
+    config_mark: dict[str, Any] = field(default_factory=dict)
+    memory: MemorySnapshot | None = None
+
+    @property
+    def gpu(self) -> GpuInfo | None:
+        return _gpu(self)
+
+    @property
+    def label(self) -> str:
+        return _label(self)
+
+
+def _gpu(tl: Timeline | TimelineInfo) -> GpuInfo | None:
+    if tl.device_id is None:
+        return None
+    return tl.trace.gpus.get(tl.device_id)
+
+
+def _label(tl: Timeline | TimelineInfo) -> str:
+    """Short human name: ``rank 0 · pid 144 · GPU 0``."""
+    bits = []
+    if tl.rank is not None:
+        bits.append(f"rank {tl.rank}")
+    bits.append(f"pid {tl.pid}")
+    bits.append(f"GPU {tl.device_id}" if tl.device_id is not None else "no GPU")
+    return " · ".join(bits)
 
 
 @dataclass
@@ -121,7 +156,7 @@ class Run:
     """All timelines of one analysis (one file, several files, or a run directory)."""
 
     traces: list[TraceInfo]
-    timelines: list[Timeline]
+    timelines: list[Timeline] | list[TimelineInfo]  # analyze() keeps only the identities (TimelineInfo)
     config: dict[str, Any] = field(default_factory=dict)
     config_sources: dict[str, str] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)

@@ -7,6 +7,7 @@ and each timeline records which source was used.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -31,13 +32,13 @@ def load_run(paths: list[Path], config: dict[str, Any] | None = None) -> Run:
     run = Run(traces=traces, timelines=timelines)
     for info in traces:
         run.warnings.extend(f"{info.path.name}: {w}" for w in info.warnings)
-    _assign_ranks(run)
-    _attach_snapshots(run, snapshots)
-    _merge_config(run, config or {})
+    assign_ranks(run)
+    attach_snapshots(run, snapshots)
+    merge_config(run, config or {})
     return run
 
 
-def _attach_snapshots(run: Run, snapshots: list[MemorySnapshot]) -> None:
+def attach_snapshots(run: Run, snapshots: list[MemorySnapshot]) -> None:
     """Give each memory snapshot to the GPU timeline of the rank in its file name; a single snapshot
     without a rank in its name (Megatron-LM's ``snapshot.pickle``) goes to a single GPU timeline."""
     gpu_timelines = [tl for tl in run.timelines if tl.device_id is not None]
@@ -59,12 +60,15 @@ def _attach_snapshots(run: Run, snapshots: list[MemorySnapshot]) -> None:
             tl.memory = snap
 
 
-def _assign_ranks(run: Run) -> None:
+def assign_ranks(run: Run, mark_of: Callable[[Any], dict[str, int] | None] = rank_mark) -> None:
+    """Rank of every timeline, over the whole run (duplicates and file order need all of them);
+    ``mark_of`` reads a timeline's rank mark (a TimelineInfo carries it, a Timeline has its NVTX)."""
     per_file: dict[Path, int] = {}
     for tl in run.timelines:
         per_file[tl.trace.path] = per_file.get(tl.trace.path, 0) + 1
+        tl.rank = tl.rank_source = None
     for tl in run.timelines:
-        mark = rank_mark(tl)
+        mark = mark_of(tl)
         if mark and "r" in mark:
             tl.rank, tl.rank_source = mark["r"], "nvtx-mark"
         elif per_file[tl.trace.path] == 1 and (env_rank := _env_rank(tl)) is not None:
@@ -89,9 +93,11 @@ def _env_rank(tl: Timeline) -> int | None:
     return None
 
 
-def _merge_config(run: Run, cli: dict[str, Any]) -> None:
+def merge_config(run: Run, cli: dict[str, Any],
+                 mark_of: Callable[[Any], dict[str, Any]] = config_mark) -> None:
+    """Config marks in rank order (the first rank that names a key wins), then the command line."""
     for tl in run.timelines:
-        for key, value in config_mark(tl).items():
+        for key, value in mark_of(tl).items():
             if key not in run.config:
                 run.config[key] = value
                 run.config_sources[key] = "nvtx-mark"

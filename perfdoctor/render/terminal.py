@@ -11,7 +11,8 @@ from contextlib import contextmanager
 
 from rich.console import Console, Group
 from rich.panel import Panel
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                           TimeRemainingColumn)
 from rich.table import Table
 from rich.text import Text
 
@@ -26,9 +27,10 @@ def analysis_progress(console: Console | None = None) -> Iterator[Callable[[int,
     is not a terminal, so logs and CI output stay clean. rich honours ``NO_COLOR`` and the width."""
     console = console or Console(stderr=True)
     if not console.is_terminal:
-        yield None
+        yield _every_tenth(console)
         return
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+               TimeRemainingColumn())
     with Progress(*columns, console=console, transient=True) as bar:
         task = bar.add_task("loading traces", total=None)
 
@@ -36,6 +38,19 @@ def analysis_progress(console: Console | None = None) -> Iterator[Callable[[int,
             bar.update(task, completed=done, total=total, description=what)
 
         yield update
+
+
+def _every_tenth(console: Console) -> Callable[[int, int, str], None]:
+    """Progress for logs: one line each time another 10 % of the tasks is done (only for runs of
+    10 tasks or more, so a single trace prints nothing)."""
+    shown = [0]
+
+    def update(done: int, total: int, what: str) -> None:
+        if total >= 10 and done * 10 // total > shown[0]:
+            shown[0] = done * 10 // total
+            console.print(f"perfdoctor: {what} ({shown[0] * 10} %)", highlight=False, soft_wrap=True)
+
+    return update
 
 
 def render_terminal(report: Report, console: Console) -> None:

@@ -1,0 +1,276 @@
+"""Who made whom wait: collective instances matched across ranks (DESIGN §3 "Waiting for a peer vs
+transfer" and "Straggler").
+
+An instance is matched across the members of its communicator by (group, communicator, stream place,
+sequence number) — see :mod:`perfdoctor.measure.collectives`. Members come from the NCCL communicator
+id when the trace has NCCL payloads, else from the parallel config and Megatron's rank order
+tp-cp-dp-pp, else every analysed rank that has the group is assumed to be one communicator.
+
+Clocks: each rank's times are put on the UTC session clock of its file, then shifted by the median
+offset that makes its matched collectives end together with the other members (NCCL collectives end
+within microseconds on every member); what remains is reported as the residual.
+
+Then nothing moves before the last member arrives: the part of each member's kernel before the last
+arrival is *wait* (caused by the late rank), the rest *transfer*. A rank's exposed comm of a group
+splits in the same proportion as its exposed time inside and outside its wait intervals.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from perfdoctor.classify.groups import GROUPS
+from perfdoctor.measure import intervals as iv
+from perfdoctor.measure.collectives import Collectives
+from perfdoctor.measure.host import CAUSES
+
+NS_PER_MS = 1e6
+# Below this share of a rank's instances of a group matched with every peer, its split is unknown.
+MIN_MATCHED = 0.9
+# Parallel dims in Megatron's default rank order (fastest first) and the group each one forms.
+RANK_ORDER = ("tp", "cp", "dp", "pp")
+# Parts of the interval before an arrival that can make a rank late (DESIGN §3 "Straggler").
+CAUSE_PARTS = ("compute", *(f"host.{c}" for c in CAUSES), "other_comm")
+CHAIN_MAX = 8
+
+
+@dataclass
+class Straggler:
+    """The rank the others wait for, how long, and why (compared with the median member)."""
+
+    rank: int
+    late_ms: float  # median per step of the others' wait it caused
+    group: str  # the group whose members waited most
+    cause: str  # one of CAUSE_PARTS
+    excess_ms: dict[str, float]  # per cause part: ms per step more than the median member, before late arrivals
+    host_call: dict[str, Any] | None  # longest CUDA API call in those intervals: {"name", "ms_per_step"}
+    waits_on: list[int] = field(default_factory=list)  # chain of ranks it itself waited for (other groups)
+
+
+@dataclass
+class PeerWaits:
+    """Per rank (str keys, as in the report's metrics) and group: exposed wait/transfer ms per step
+    (None when peers are missing); who waited for whom; the clock alignment; the straggler."""
+
+    metrics: dict[str, dict[str, float | None]]
+    evidence: dict[str, dict[str, Any]]
+    late_ms: dict[str, float]  # per rank: median per step of the others' wait it caused
+    clock_residual_us: float | None
+    straggler: Straggler | None
+
+
+def match(cols: dict[int, Collectives], exposed_ms: dict[int, dict[str, float | None]],
+          config: dict[str, Any], world: int | None) -> PeerWaits:
+    """Match every rank's collective instances with its peers and split waits from transfers."""
+    frame = _instances(cols, config, world)
+    if frame.empty:
+        return PeerWaits({}, {}, {}, None, None)
+    matched = frame[frame["complete"]]
+    offsets, residual = _align(matched, cols)
+    frame["a_start"] = frame["start"] + frame["rank"].map(offsets).fillna(0).astype(np.int64)
+    frame["a_end"] = frame["end"] + frame["rank"].map(offsets).fillna(0).astype(np.int64)
+    keys = ["g", "c", "members", "stream", "seq"]
+    done = frame[frame["complete"]].copy()
+    last = done.groupby(keys)["a_start"].transform("max")
+    done["wait"] = np.clip(np.minimum(done["a_end"], last) - done["a_start"], 0, None)
+    winner = done.loc[done.groupby(keys)["a_start"].idxmax(), keys + ["rank"]].rename(columns={"rank": "late"})
+    done = done.merge(winner, on=keys, how="left")
+
+    metrics: dict[str, dict[str, float | None]] = {}
+    evidence: dict[str, dict[str, Any]] = {}
+    for rank, c in cols.items():
+        mine_all = frame[frame["rank"] == rank]
+        mine = done[done["rank"] == rank]
+        out: dict[str, float | None] = {}
+        ev: dict[str, Any] = {}
+        for g in np.unique(c.group):
+            name = GROUPS[g]
+            total = int((mine_all["g"] == g).sum())
+            ok = mine[mine["g"] == g]
+            exposed = exposed_ms.get(rank, {}).get(name)
+            if not total or len(ok) / total < MIN_MATCHED or exposed is None:
+                out[f"comm.{name}.exposed_wait_ms"] = out[f"comm.{name}.exposed_transfer_ms"] = None
+                continue
+            share = _wait_share(c, name, ok)
+            out[f"comm.{name}.exposed_wait_ms"] = exposed * share
+            out[f"comm.{name}.exposed_transfer_ms"] = exposed * (1 - share)
+            waited = ok[ok["late"] != rank].groupby("late")["wait"].sum() / max(len(c.step_starts), 1) / NS_PER_MS
+            ev[name] = {"exposed_wait_ms": out[f"comm.{name}.exposed_wait_ms"],
+                        "exposed_transfer_ms": out[f"comm.{name}.exposed_transfer_ms"],
+                        "waited_for_ms": {str(int(r)): round(float(ms), 3) for r, ms in waited.items() if ms > 0},
+                        "matched": len(ok), "instances": total}
+        metrics[str(rank)] = out
+        if ev:
+            evidence[str(rank)] = ev
+    late = _late_per_rank(done, cols)
+    return PeerWaits(metrics, evidence, {str(r): v for r, v in late.items()},
+                     None if residual is None else residual / 1e3, _straggler(done, cols, late))
+
+
+def _instances(cols: dict[int, Collectives], config: dict[str, Any], world: int | None) -> pd.DataFrame:
+    """All ranks' instances in one table, with each one's communicator members and whether every
+    member's instance is present."""
+    parts = []
+    for rank, c in cols.items():
+        if not len(c):
+            continue
+        shift = c.session_start_utc_ns or 0
+        parts.append(pd.DataFrame({
+            "rank": rank, "g": c.group, "c": c.comm, "stream": c.stream, "seq": c.seq,
+            "start": c.start + shift, "end": c.end + shift, "i": np.arange(len(c))}))
+    if not parts:
+        return pd.DataFrame()
+    frame = pd.concat(parts, ignore_index=True)
+    with_group = {g: sorted(frame.loc[frame["g"] == g, "rank"].unique().tolist()) for g in frame["g"].unique()}
+    member_ids: dict[tuple[int, ...], int] = {}
+    sizes = {}
+    pairs = frame[["rank", "g", "c"]].drop_duplicates()
+    by_comm = pairs[pairs["c"] != 0].groupby("c")["rank"].apply(lambda s: tuple(sorted(s)))
+    ids = {}
+    for rank, g, c in pairs.itertuples(index=False):
+        members = by_comm[c] if c != 0 else _members(rank, GROUPS[g], config, world, with_group[g])
+        key = member_ids.setdefault(members, len(member_ids))
+        sizes[key] = len(members)
+        ids[(rank, g, c)] = key
+    frame["members"] = [ids[k] for k in zip(frame["rank"], frame["g"], frame["c"])]
+    count = frame.groupby(["g", "c", "members", "stream", "seq"])["rank"].transform("size")
+    frame["complete"] = (count == frame["members"].map(sizes)) & (count >= 2)
+    return frame
+
+
+def _members(rank: int, group: str, config: dict[str, Any], world: int | None,
+             with_group: list[int]) -> tuple[int, ...]:
+    """Ranks of ``rank``'s communicator of ``group`` in Megatron's rank order; every analysed rank with
+    that group when the config does not say."""
+    sizes = {d: config.get(d) or (1 if d in ("tp", "cp", "pp") else None) for d in RANK_ORDER}
+    if sizes["dp"] is None and world:
+        rest = sizes["tp"] * sizes["cp"] * sizes["pp"]
+        sizes["dp"] = world // rest if world % rest == 0 else None
+    if group not in RANK_ORDER or sizes["dp"] is None:
+        return tuple(with_group)
+    stride = int(np.prod([sizes[d] for d in RANK_ORDER[:RANK_ORDER.index(group)]]))
+    base = rank - ((rank // stride) % sizes[group]) * stride
+    return tuple(base + i * stride for i in range(sizes[group]))
+
+
+def _align(matched: pd.DataFrame, cols: dict[int, Collectives]) -> tuple[dict[int, int], float | None]:
+    """Per rank, the ns to add so matched collectives end together (median over its instances), and the
+    median remaining distance of a member's end from its instance's median end."""
+    offsets = {r: 0 for r in cols}
+    if matched.empty:
+        return offsets, None
+    keys = ["g", "c", "members", "stream", "seq"]
+    end = matched["end"].astype(np.int64)
+    for _ in range(2):
+        shifted = end + matched["rank"].map(offsets).astype(np.int64)
+        target = shifted.groupby([matched[k] for k in keys]).transform("median")
+        delta = (target - shifted).groupby(matched["rank"]).median()
+        for r, d in delta.items():
+            offsets[int(r)] += int(round(d))
+    shifted = end + matched["rank"].map(offsets).astype(np.int64)
+    target = shifted.groupby([matched[k] for k in keys]).transform("median")
+    return offsets, float(np.median(np.abs(shifted - target)))
+
+
+def _wait_share(c: Collectives, group: str, ok: pd.DataFrame) -> float:
+    """Share of the rank's exposed comm of ``group`` (within its steps) that lies in its wait intervals."""
+    exposed = c.exposed.get(group, iv.EMPTY)
+    if not len(c.step_starts):
+        return 0.0
+    exposed = iv.clip(exposed, int(c.step_starts[0]), int(c.step_ends[-1]))
+    total = iv.measure(exposed)
+    if not total:
+        return 0.0
+    i = ok["i"].to_numpy()
+    waits = iv.union(c.start[i], c.start[i] + ok["wait"].to_numpy(dtype=np.int64))
+    return iv.measure(iv.intersect(exposed, waits)) / total
+
+
+def _step_of(c: Collectives, t: np.ndarray) -> np.ndarray:
+    return np.clip(np.searchsorted(c.step_starts, t, side="right") - 1, 0, max(len(c.step_starts) - 1, 0))
+
+
+def _late_per_rank(done: pd.DataFrame, cols: dict[int, Collectives]) -> dict[int, float]:
+    """Per rank, the median over its steps of the others' wait it caused (per instance, the median over
+    the members that waited)."""
+    out = {}
+    caused = done[done["rank"] != done["late"]]
+    per_instance = caused.groupby(["g", "c", "members", "stream", "seq", "late"])["wait"].median().reset_index()
+    starts = done[done["rank"] == done["late"]].set_index(["g", "c", "members", "stream", "seq"])["i"]
+    for rank, c in cols.items():
+        n = len(c.step_starts)
+        mine = per_instance[per_instance["late"] == rank]
+        if not n:
+            continue
+        per_step = np.zeros(n)
+        if len(mine):
+            idx = starts.loc[list(mine[["g", "c", "members", "stream", "seq"]].itertuples(index=False, name=None))]
+            np.add.at(per_step, _step_of(c, c.start[idx.to_numpy()]), mine["wait"].to_numpy(dtype=np.float64))
+        out[rank] = float(np.median(per_step)) / NS_PER_MS
+    return out
+
+
+def _context(c: Collectives, i: np.ndarray) -> np.ndarray:
+    """Per instance (rows), the parts of CAUSE_PARTS (columns) of the interval before the arrival, in ns."""
+    return np.column_stack([c.before_compute[i], *(c.before_idle[x][i] for x in CAUSES), c.before_other_comm[i]])
+
+
+def _straggler(done: pd.DataFrame, cols: dict[int, Collectives], late: dict[int, float]) -> Straggler | None:
+    """The rank that caused the most wait, and why: its interval before each late arrival against the
+    median of the members that waited for it, summed per step."""
+    caused = done[(done["rank"] != done["late"]) & (done["wait"] > 0)]
+    if caused.empty:
+        return None
+    total = caused.groupby("late")["wait"].sum()
+    rank = int(total.idxmax())
+    keys = ["g", "c", "members", "stream", "seq"]
+    late_rows = caused[caused["late"] == rank]
+    group = GROUPS[int(late_rows.groupby("g")["wait"].sum().idxmax())]
+    own = done[(done["rank"] == rank)].set_index(keys)[["i", "a_start", "start"]]
+    excess = np.zeros(len(CAUSE_PARTS))
+    calls: dict[str, float] = {}
+    c = cols[rank]
+    for key, rows in late_rows.groupby(keys):
+        i, arrival, shift = int(own.loc[key, "i"]), int(own.loc[key, "a_start"]), int(own.loc[key, "a_start"] - c.start[int(own.loc[key, "i"])])
+        others = np.array([_context(cols[int(r)], np.array([j]))[0] for r, j in zip(rows["rank"], rows["i"])])
+        excess += _context(c, np.array([i]))[0] - np.median(others, axis=0)
+        # While the others waited (first arrival → this one), on this rank's clock.
+        for name, ns in _calls_in(c, int(rows["a_start"].min()) - shift, arrival - shift).items():
+            calls[name] = calls.get(name, 0.0) + ns
+    steps = max(len(c.step_starts), 1)
+    excess_ms = {p: round(float(v) / steps / NS_PER_MS, 3) for p, v in zip(CAUSE_PARTS, excess)}
+    cause = max(excess_ms, key=excess_ms.get)
+    call = max(calls, key=calls.get) if calls else None
+    host_call = {"name": call, "ms_per_step": round(calls[call] / steps / NS_PER_MS, 3)} if call else None
+    return Straggler(rank, late.get(rank, 0.0), group, cause, excess_ms, host_call,
+                     _chain(done, rank, group) if cause == "other_comm" else [])
+
+
+def _chain(done: pd.DataFrame, rank: int, group: str) -> list[int]:
+    """Follow who ``rank`` itself waited for in groups other than ``group``, rank after rank."""
+    chain: list[int] = []
+    current, skip = rank, GROUPS.index(group)
+    while len(chain) < CHAIN_MAX:
+        waited = done[(done["rank"] == current) & (done["late"] != current) & (done["g"] != skip) & (done["wait"] > 0)]
+        if waited.empty:
+            break
+        nxt = int(waited.groupby("late")["wait"].sum().idxmax())
+        if nxt in chain or nxt == rank:
+            break
+        chain.append(nxt)
+        current = nxt
+    return chain
+
+
+def _calls_in(c: Collectives, lo: int, hi: int) -> dict[str, float]:
+    """ns of each long CUDA API call name inside [lo, hi)."""
+    s, e, names = c.long_calls
+    overlap = np.minimum(e, hi) - np.maximum(s, lo)
+    out: dict[str, float] = {}
+    for j in np.flatnonzero(overlap > 0):
+        out[names[j]] = out.get(names[j], 0.0) + float(overlap[j])
+    return out
