@@ -138,7 +138,10 @@ def _instances(cols: dict[int, Collectives], config: dict[str, Any], world: int 
         ids[(rank, g, c)] = key
     frame["members"] = [ids[k] for k in zip(frame["rank"], frame["g"], frame["c"])]
     count = frame.groupby(["g", "c", "members", "stream", "seq"])["rank"].transform("size")
-    frame["complete"] = (count == frame["members"].map(sizes)) & (count >= 2)
+    # Pipeline sends and receives pair neighbouring stages, not the whole PP group: by order they match
+    # only where the group is two stages.
+    p2p_wide = (frame["g"] == GROUPS.index("pp")) & (frame["members"].map(sizes) > 2)
+    frame["complete"] = (count == frame["members"].map(sizes)) & (count >= 2) & ~p2p_wide
     return frame
 
 
@@ -152,9 +155,12 @@ def _members(rank: int, group: str, config: dict[str, Any], world: int | None,
         sizes["dp"] = world // rest if world % rest == 0 else None
     if group not in RANK_ORDER or sizes["dp"] is None:
         return tuple(with_group)
-    stride = int(np.prod([sizes[d] for d in RANK_ORDER[:RANK_ORDER.index(group)]]))
-    base = rank - ((rank // stride) % sizes[group]) * stride
-    return tuple(base + i * stride for i in range(sizes[group]))
+    # Gradients reduce over data and context parallel ranks together (Megatron's DP-with-CP group).
+    first = "cp" if group == "dp" else group
+    stride = int(np.prod([sizes[d] for d in RANK_ORDER[:RANK_ORDER.index(first)]]))
+    size = sizes["cp"] * sizes["dp"] if group == "dp" else sizes[group]
+    base = rank - ((rank // stride) % size) * stride
+    return tuple(base + i * stride for i in range(size))
 
 
 def _align(matched: pd.DataFrame, cols: dict[int, Collectives]) -> tuple[dict[int, int], float | None]:

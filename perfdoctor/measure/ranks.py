@@ -29,6 +29,7 @@ CAUSE_TEXT = {"compute": "more GPU compute", "host.launch_bound": "host gaps: la
               "host.data": "host gaps: data loading", "host.other": "host gaps of unknown cause",
               "other_comm": "waiting itself on another group"}
 TOP_EXCESS_KERNELS = 3
+LIKE_SHARE = 0.9
 
 
 def rank_stages(run: Run) -> tuple[dict[str, int | None], int | None]:
@@ -121,6 +122,9 @@ def peer_metrics(waits: PeerWaits, per_rank: dict[str, dict[str, Any]],
             "rank": s.rank, "late_ms": round(late, 3), "group": s.group, "cause": CAUSE_TEXT[s.cause],
             "excess_ms_per_step": s.excess_ms, "host_call": s.host_call, "waits_on": s.waits_on,
             "kernels": excess_kernels(by_rank[s.rank], others),
+            # ranks that hold the others back as much (a slow pipeline stage is all of its ranks)
+            "like_ranks": sorted(int(r) for r, ms in waits.late_ms.items()
+                                 if ms is not None and int(r) != s.rank and ms >= LIKE_SHARE * s.late_ms),
         }
     return out
 
