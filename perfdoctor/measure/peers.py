@@ -80,32 +80,26 @@ def match(cols: dict[int, Collectives], exposed_ms: dict[int, dict[str, float | 
     winner = done.loc[done.groupby(keys)["a_start"].idxmax(), keys + ["rank"]].rename(columns={"rank": "late"})
     done = done.merge(winner, on=keys, how="left")
 
-    metrics: dict[str, dict[str, float | None]] = {}
+    metrics: dict[str, dict[str, float | None]] = {str(rank): {} for rank in cols}
     evidence: dict[str, dict[str, Any]] = {}
-    for rank, c in cols.items():
-        mine_all = frame[frame["rank"] == rank]
-        mine = done[done["rank"] == rank]
-        out: dict[str, float | None] = {}
-        ev: dict[str, Any] = {}
-        for g in np.unique(c.group):
-            name = GROUPS[g]
-            total = int((mine_all["g"] == g).sum())
-            ok = mine[mine["g"] == g]
-            exposed = exposed_ms.get(rank, {}).get(name)
-            if not total or len(ok) / total < MIN_MATCHED or exposed is None:
-                out[f"comm.{name}.exposed_wait_ms"] = out[f"comm.{name}.exposed_transfer_ms"] = None
-                continue
-            share = _wait_share(c, name, ok)
-            out[f"comm.{name}.exposed_wait_ms"] = exposed * share
-            out[f"comm.{name}.exposed_transfer_ms"] = exposed * (1 - share)
-            waited = ok[ok["late"] != rank].groupby("late")["wait"].sum() / max(len(c.step_starts), 1) / NS_PER_MS
-            ev[name] = {"exposed_wait_ms": out[f"comm.{name}.exposed_wait_ms"],
-                        "exposed_transfer_ms": out[f"comm.{name}.exposed_transfer_ms"],
-                        "waited_for_ms": {str(int(r)): round(float(ms), 3) for r, ms in waited.items() if ms > 0},
-                        "matched": len(ok), "instances": total}
-        metrics[str(rank)] = out
-        if ev:
-            evidence[str(rank)] = ev
+    totals = frame.groupby(["rank", "g"]).size()
+    matched_rows = done.groupby(["rank", "g"]).indices
+    for (rank, g), total in totals.items():
+        c, name, out = cols[rank], GROUPS[g], metrics[str(rank)]
+        ok = done.iloc[matched_rows.get((rank, g), [])]
+        exposed = exposed_ms.get(rank, {}).get(name)
+        if len(ok) / total < MIN_MATCHED or exposed is None:
+            out[f"comm.{name}.exposed_wait_ms"] = out[f"comm.{name}.exposed_transfer_ms"] = None
+            continue
+        share = _wait_share(c, name, ok)
+        out[f"comm.{name}.exposed_wait_ms"] = exposed * share
+        out[f"comm.{name}.exposed_transfer_ms"] = exposed * (1 - share)
+        waited = ok[ok["late"] != rank].groupby("late")["wait"].sum() / max(len(c.step_starts), 1) / NS_PER_MS
+        evidence.setdefault(str(rank), {})[name] = {
+            "exposed_wait_ms": out[f"comm.{name}.exposed_wait_ms"],
+            "exposed_transfer_ms": out[f"comm.{name}.exposed_transfer_ms"],
+            "waited_for_ms": {str(int(r)): round(float(ms), 3) for r, ms in waited.items() if ms > 0},
+            "matched": len(ok), "instances": int(total)}
     late = _late_per_rank(done, cols)
     return PeerWaits(metrics, evidence, {str(r): v for r, v in late.items()},
                      None if residual is None else residual / 1e3, _straggler(done, cols, late))
@@ -128,15 +122,15 @@ def _instances(cols: dict[int, Collectives], config: dict[str, Any], world: int 
     with_group = {g: sorted(frame.loc[frame["g"] == g, "rank"].unique().tolist()) for g in frame["g"].unique()}
     member_ids: dict[tuple[int, ...], int] = {}
     sizes = {}
-    pairs = frame[["rank", "g", "c"]].drop_duplicates()
+    pairs = frame[["rank", "g", "c"]].drop_duplicates().reset_index(drop=True)
     by_comm = pairs[pairs["c"] != 0].groupby("c")["rank"].apply(lambda s: tuple(sorted(s)))
-    ids = {}
+    keys = []
     for rank, g, c in pairs.itertuples(index=False):
         members = by_comm[c] if c != 0 else _members(rank, GROUPS[g], config, world, with_group[g])
-        key = member_ids.setdefault(members, len(member_ids))
-        sizes[key] = len(members)
-        ids[(rank, g, c)] = key
-    frame["members"] = [ids[k] for k in zip(frame["rank"], frame["g"], frame["c"])]
+        keys.append(member_ids.setdefault(members, len(member_ids)))
+        sizes[keys[-1]] = len(members)
+    pairs["members"] = keys
+    frame = frame.merge(pairs, on=["rank", "g", "c"], how="left")
     count = frame.groupby(["g", "c", "members", "stream", "seq"])["rank"].transform("size")
     # Pipeline sends and receives pair neighbouring stages, not the whole PP group: by order they match
     # only where the group is two stages.
@@ -203,19 +197,18 @@ def _step_of(c: Collectives, t: np.ndarray) -> np.ndarray:
 def _late_per_rank(done: pd.DataFrame, cols: dict[int, Collectives]) -> dict[int, float]:
     """Per rank, the median over its steps of the others' wait it caused (per instance, the median over
     the members that waited)."""
+    keys = ["g", "c", "members", "stream", "seq"]
+    waited = done[done["rank"] != done["late"]].groupby(keys)["wait"].median().rename("waited")
+    own = done[done["rank"] == done["late"]].join(waited, on=keys)
     out = {}
-    caused = done[done["rank"] != done["late"]]
-    per_instance = caused.groupby(["g", "c", "members", "stream", "seq", "late"])["wait"].median().reset_index()
-    starts = done[done["rank"] == done["late"]].set_index(["g", "c", "members", "stream", "seq"])["i"]
+    by_rank = own.groupby("rank").indices
     for rank, c in cols.items():
         n = len(c.step_starts)
-        mine = per_instance[per_instance["late"] == rank]
         if not n:
             continue
-        per_step = np.zeros(n)
-        if len(mine):
-            idx = starts.loc[list(mine[["g", "c", "members", "stream", "seq"]].itertuples(index=False, name=None))]
-            np.add.at(per_step, _step_of(c, c.start[idx.to_numpy()]), mine["wait"].to_numpy(dtype=np.float64))
+        mine = own.iloc[by_rank.get(rank, [])]
+        per_step = np.bincount(_step_of(c, c.start[mine["i"].to_numpy()]),
+                               weights=mine["waited"].fillna(0).to_numpy(dtype=np.float64), minlength=n)
         out[rank] = float(np.median(per_step)) / NS_PER_MS
     return out
 
@@ -236,16 +229,22 @@ def _straggler(done: pd.DataFrame, cols: dict[int, Collectives], late: dict[int,
     keys = ["g", "c", "members", "stream", "seq"]
     late_rows = caused[caused["late"] == rank]
     group = GROUPS[int(late_rows.groupby("g")["wait"].sum().idxmax())]
-    own = done[(done["rank"] == rank)].set_index(keys)[["i", "a_start", "start"]]
-    excess = np.zeros(len(CAUSE_PARTS))
-    calls: dict[str, float] = {}
     c = cols[rank]
-    for key, rows in late_rows.groupby(keys):
-        i, arrival, shift = int(own.loc[key, "i"]), int(own.loc[key, "a_start"]), int(own.loc[key, "a_start"] - c.start[int(own.loc[key, "i"])])
-        others = np.array([_context(cols[int(r)], np.array([j]))[0] for r, j in zip(rows["rank"], rows["i"])])
-        excess += _context(c, np.array([i]))[0] - np.median(others, axis=0)
-        # While the others waited (first arrival → this one), on this rank's clock.
-        for name, ns in _calls_in(c, int(rows["a_start"].min()) - shift, arrival - shift).items():
+    parts = [f"x{j}" for j in range(len(CAUSE_PARTS))]
+    others = late_rows.copy()
+    others[parts] = np.zeros((len(others), len(parts)))
+    for r, rows in others.groupby("rank").groups.items():
+        others.loc[rows, parts] = _context(cols[int(r)], others.loc[rows, "i"].to_numpy())
+    median = others.groupby(keys)[parts].median()
+    first = others.groupby(keys)["a_start"].min().rename("first")
+    own = done[done["rank"] == rank].join(median, on=keys, how="inner").join(first, on=keys)
+    i = own["i"].to_numpy()
+    excess = (_context(c, i) - own[parts].to_numpy()).sum(axis=0)
+    # What its CPU did while the others waited (first arrival → its own), on its own clock.
+    shift = own["a_start"].to_numpy() - c.start[i]
+    calls: dict[str, float] = {}
+    for lo, hi in zip(own["first"].to_numpy() - shift, c.start[i]):
+        for name, ns in _calls_in(c, int(lo), int(hi)).items():
             calls[name] = calls.get(name, 0.0) + ns
     steps = max(len(c.step_starts), 1)
     excess_ms = {p: round(float(v) / steps / NS_PER_MS, 3) for p, v in zip(CAUSE_PARTS, excess)}

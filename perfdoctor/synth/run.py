@@ -140,7 +140,7 @@ def run_scenario(
                 for p in procs
             },
         }
-        if sc.straggler["rank"] >= 0:
+        if sc.straggler["rank"] is not None:
             truth["straggler"] = dict(sc.straggler)
         path.with_suffix(".truth.json").write_text(json.dumps(truth, indent=1, sort_keys=True) + "\n")
         written.append(path)

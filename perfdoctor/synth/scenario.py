@@ -106,11 +106,11 @@ _SPEC: dict[str, dict[str, tuple[type | tuple[type, ...], Any, tuple[Any, ...] |
         "layout": (str, "per_rank", ("per_rank", "per_node")),
         "ranks": ((list, str), "stages", None),
     },
-    # A planted straggler (perfdoctor.synth.straggler): `rank` (−1: none) has GEMMs `gemm_slowdown` slower
+    # A planted straggler (perfdoctor.synth.straggler): `rank` (none: no straggler) has GEMMs `gemm_slowdown` slower
     # (0.18: 18 %) and/or host Python cost `python_us` per launch (0: the host section's); `whole_stage`:
     # every rank of its pipeline stage is slow (a slow PP stage) instead of that rank alone.
     "straggler": {
-        "rank": (int, -1, None),
+        "rank": (int, None, None),
         "gemm_slowdown": ((int, float), 0.0, None),
         "python_us": ((int, float), 0.0, None),
         "whole_stage": (bool, False, None),
@@ -304,9 +304,9 @@ def _check_consistency(s: Scenario) -> None:
         if len(set(ranks)) != len(ranks):
             raise _fail("output.ranks", "lists a rank twice")
     st = s.straggler
-    if st["rank"] >= s.world_size:
+    if st["rank"] is not None and st["rank"] >= s.world_size:
         raise _fail("straggler.rank", f"must be a rank in [0, {s.world_size})")
-    if st["rank"] >= 0 and not st["whole_stage"] and (p["pp"] > 1 or s.comm["overlap_grad_reduce"]):
+    if st["rank"] is not None and not st["whole_stage"] and (p["pp"] > 1 or s.comm["overlap_grad_reduce"]):
         raise _fail("straggler.rank", "a single slow rank needs pp: 1 and comm.overlap_grad_reduce: false "
                     "(the data-parallel rendezvous is modelled where the step waits for it)")
     if s.gpu["gpus_per_node"] < 1:

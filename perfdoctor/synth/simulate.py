@@ -86,7 +86,7 @@ def simulate(sc: Scenario, seed: int) -> tuple[list[StageResult], KernelTable, G
     programs, gens, recs = [], [], []
     mark = config_mark(sc, gpu)
     st = sc.straggler
-    slow_stage = sc.stage_of(st["rank"]) if st["rank"] >= 0 and st["whole_stage"] else None
+    slow_stage = sc.stage_of(st["rank"]) if st["rank"] is not None and st["whole_stage"] else None
     for stage in range(sc.parallel["pp"]):
         slow = stage == slow_stage
         prog = _program(sc, stage, table, _slow_cost(cost, st) if slow else cost, _slow_gpu(gpu, st) if slow else gpu,
@@ -118,7 +118,7 @@ def simulate(sc: Scenario, seed: int) -> tuple[list[StageResult], KernelTable, G
         if active and not progressed:
             raise RuntimeError("pipeline schedule deadlocked: no stage can make progress")
     results = [StageResult(i, recs[i], programs[i].step_starts) for i in range(len(gens))]
-    if st["rank"] >= 0 and not st["whole_stage"]:
+    if st["rank"] is not None and not st["whole_stage"]:
         _plant_straggler(sc, results[0], table, cost, gpu, mark, seed)
     return results, table, gpu
 
