@@ -31,7 +31,6 @@ from perfdoctor.synth import run_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIO = ROOT / "perfdoctor" / "synth" / "scenarios" / "clean_baseline.yaml"
-KERNELS_PER_STEP_PER_LAYER = 1_917 / 3 / 4  # clean_baseline: 3 steps, 4 layers
 
 
 def build_run(out: Path, ranks: int, kernels: int) -> list[Path]:
@@ -39,7 +38,9 @@ def build_run(out: Path, ranks: int, kernels: int) -> list[Path]:
     sc = yaml.safe_load(SCENARIO.read_text())
     sc["parallel"] = {"tp": 1, "dp": ranks}
     sc["output"] = {"schema": "2024.2", "ranks": [0]}
-    sc["run"]["steps"] = max(2, round(kernels / (KERNELS_PER_STEP_PER_LAYER * sc["model"]["layers"])))
+    sc["run"]["steps"] = 2
+    per_step = _kernels(run_scenario(sc, out / "calibrate")[0]) / 2
+    sc["run"]["steps"] = max(2, round(kernels / per_step))
     (first,) = run_scenario(sc, out / "sim")
     files = []
     for r in range(ranks):
@@ -52,6 +53,11 @@ def build_run(out: Path, ranks: int, kernels: int) -> list[Path]:
                            (f"rank r={r} local={r % 8} world={ranks}",))
         files.append(path)
     return files
+
+
+def _kernels(path: Path) -> int:
+    with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
+        return db.execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0]
 
 
 def measure(cmd: list[str]) -> tuple[float, int]:
@@ -90,7 +96,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
         files = build_run(Path(tmp), args.ranks, args.kernels)
-        print(f"built {args.ranks} ranks in {time.perf_counter() - t0:.0f} s "
+        print(f"built {args.ranks} ranks × {_kernels(files[0]):,} kernels in {time.perf_counter() - t0:.0f} s "
               f"({files[0].stat().st_size / 2**20:.0f} MiB each)", flush=True)
         base = [sys.executable, "-m", "perfdoctor", "analyze", "--format", "json", "--output", os.devnull]
         modes = {"one rank (--jobs 1)": [*base, str(files[0]), "--jobs", "1"],

@@ -17,8 +17,12 @@ from rich.table import Table
 from rich.text import Text
 
 from perfdoctor.model import DeviceSummary, Report
+from perfdoctor.render import scale
 
 NS_PER_MS = 1e6
+# A run of many ranks shows this many outlier ranks and this many warnings (JSON keeps everything).
+OUTLIERS_SHOWN = 16
+WARNINGS_SHOWN = 10
 
 
 @contextmanager
@@ -54,6 +58,9 @@ def _every_tenth(console: Console) -> Callable[[int, int, str], None]:
 
 
 def render_terminal(report: Report, console: Console) -> None:
+    if scale.many(report):
+        _render_many(report, console)
+        return
     for info in report.run.traces:
         version = f"nsys {info.nsys_version}" if info.nsys_version else "nsys version unknown"
         console.print(Text.assemble(("trace ", "bold"), str(info.path), f"  ({version}, export schema "
@@ -62,10 +69,54 @@ def render_terminal(report: Report, console: Console) -> None:
         console.print(_device_block(dev, report.metrics["ranks"].get(str(dev.rank), {})))
     if report.findings:
         console.print(findings_panel(report.findings))
-    if report.warnings:
-        console.print(Text("warnings", style="bold yellow"))
-        for w in report.warnings:
-            console.print(Text(f"  ! {w}", style="yellow"))
+    _warnings(report.warnings, console)
+
+
+def _render_many(report: Report, console: Console) -> None:
+    """A run of many ranks: the run in one paragraph, the findings, then only the ranks that stand out."""
+    versions = sorted({t.nsys_version or "?" for t in report.run.traces})
+    kernels = sum(t.counts.get("kernels", 0) for t in report.run.traces)
+    all_m = report.metrics.get("all", {})
+    console.print(Text.assemble(("run ", "bold"), scale.run_name(report),
+                                f"  (nsys {', '.join(versions)}, {kernels:,} kernels; step "
+                                f"{_ms(all_m.get('step.time_ms'))} median over ranks)"))
+    if report.findings:
+        console.print(findings_panel(report.findings))
+    shown = scale.outliers(report, OUTLIERS_SHOWN)
+    table = Table(title=f"ranks that stand out ({len(shown)} of {len(report.devices)}; the others are within "
+                  "the spread of these)", title_justify="left", title_style="bold")
+    for column in ("rank", "why", "step", "GPU busy", "exposed comm", "device idle"):
+        table.add_column(column, justify="left" if column == "why" else "right")
+    for rank, why in shown:
+        m = report.metrics["ranks"].get(rank, {})
+        table.add_row(rank, why, _ms(m.get("step.time_ms")), _share(m.get("gpu.busy_fraction")),
+                      _share(m.get("comm.exposed_fraction")), _share(m.get("host.idle_fraction")))
+    console.print(table)
+    by_rank = {str(d.rank): d for d in report.devices}
+    if shown and shown[0][0] in by_rank:  # the first outlier in full: where its time goes
+        rank, why = shown[0]
+        console.print(Text(f"rank {rank}: {why}", style="bold"))
+        console.print(_device_block(by_rank[rank], report.metrics["ranks"].get(rank, {})))
+    _warnings(report.warnings, console)
+
+
+def _warnings(warnings: list[str], console: Console) -> None:
+    if not warnings:
+        return
+    console.print(Text("warnings", style="bold yellow"))
+    for w in warnings[:WARNINGS_SHOWN]:
+        console.print(Text(f"  ! {w}", style="yellow"))
+    if len(warnings) > WARNINGS_SHOWN:
+        console.print(Text(f"  ! … and {len(warnings) - WARNINGS_SHOWN} more (all of them in --format json)",
+                           style="yellow"))
+
+
+def _ms(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.1f} ms"
+
+
+def _share(value: float | None) -> str:
+    return "n/a" if value is None else f"{value * 100:.1f} %"
 
 
 def _device_block(dev: DeviceSummary, metrics: dict) -> Panel:
