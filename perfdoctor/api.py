@@ -36,22 +36,27 @@ from perfdoctor.measure.ranks import peer_metrics, rank_metrics, rank_stages
 from perfdoctor.measure.step_series import step_series
 from perfdoctor.measure.steps import find_steps
 from perfdoctor.model import DeviceSummary, Report, Run, Timeline, TimelineInfo, TraceInfo
+from perfdoctor.sample import glance, pick
 
 
 def analyze(paths: list[Path | str], config: dict[str, Any] | None = None,
             progress: Callable[[int, int, str], None] | None = None,
             rules_dirs: list[Path | str] | None = None, timeline_excerpts: bool = True,
-            jobs: int | None = None, dask: str | None = None) -> Report:
+            jobs: int | None = None, dask: str | None = None, sample: int | None = None) -> Report:
     """Analyse trace files or run directories into one Report; ``progress(done, total, what)`` is
     called as each file's ranks are analysed (the CLI's progress bar). Findings come from the shipped
     rules plus those in ``rules_dirs`` (loaded first, so a bad rule file fails before the analysis).
     ``timeline_excerpts``: draw the representative step for the HTML report (the CLI skips it when no
     HTML is wanted: it costs a pass over the kernels). ``jobs`` / ``dask``: where the per-rank tasks
-    run (perfdoctor.execute); the Report is the same whichever runs them."""
+    run (perfdoctor.execute); the Report is the same whichever runs them. ``sample``: analyse that many
+    representative files of a large run (perfdoctor.sample), and say so in the warnings."""
     rules = load_rules(rules_dirs)
     files = discover([Path(p) for p in paths])
     snapshots = [load_snapshot(p) for p in discover_snapshots([Path(p) for p in paths])]  # small: fail fast
     cli = config or {}
+    sampled = None
+    if sample is not None:
+        files, sampled = pick(run_tasks(glance, files, jobs, dask), sample, cli)
     tasks = [FileTask(path, cli, timeline_excerpts) for path in files]
     results = run_tasks(analyze_file, tasks, jobs, dask, progress)
     run = Run(traces=[r.trace for r in results], timelines=[rank.info for r in results for rank in r.ranks])
@@ -103,7 +108,7 @@ def analyze(paths: list[Path | str], config: dict[str, Any] | None = None,
         metrics.update(waits.metrics.get(r, {}))
         metrics["ranks.late_ms"] = waits.late_ms.get(r)
     metrics_all = across_ranks(per_rank) | rank_metrics(per_rank, stages) | peer_metrics(waits, per_rank, devices)
-    warnings = list(run.warnings) + memory_warnings
+    warnings = ([sampled] if sampled else []) + list(run.warnings) + memory_warnings
     if (run.config.get("pp") or 1) > 1 and (missing := theory(run.config)[1]):
         flag = "--" + missing[0].replace("_", "-")
         warnings.append(f"pipeline bubble theory needs {', '.join(missing)} (give it with {flag})")

@@ -94,6 +94,9 @@ def analyze(
                                                 "(default: the machine's cores).")] = None,
     dask: Annotated[Optional[str], typer.Option("--dask", help="Run the per-rank tasks on Dask: `local` (a "
                                                 "LocalCluster of --jobs workers) or tcp://HOST:PORT.")] = None,
+    sample: Annotated[Optional[int], typer.Option("--sample", min=1, help="Analyse this many representative files "
+                                                  "of a large run (every PP stage, the slowest and fastest of a "
+                                                  "first pass, the rest spread over ranks).")] = None,
 ) -> None:
     """Measure where each GPU's time goes and print the breakdown."""
     from perfdoctor import api
@@ -102,7 +105,8 @@ def analyze(
     config = {"tp": tp, "pp": pp, "vpp": vpp, "cp": cp, "dp": dp, "ep": ep, "num_microbatches": num_microbatches}
     with analysis_progress() as progress:
         report = api.analyze(paths, {k: v for k, v in config.items() if v is not None}, progress=progress,
-                             rules_dirs=rules, timeline_excerpts=html is not None, jobs=jobs, dask=dask)
+                             rules_dirs=rules, timeline_excerpts=html is not None, jobs=jobs, dask=dask,
+                             sample=sample)
     _write_reports(report, html, markdown, plotly_js.value)
     if output_format is OutputFormat.json:
         from perfdoctor.render.json import render_json

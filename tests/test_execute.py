@@ -59,3 +59,25 @@ def test_progress_off_a_terminal_is_one_line_per_tenth() -> None:
             update(done, 40, f"{done}/40 ranks analysed")
     lines = out.getvalue().splitlines()
     assert len(lines) == 10 and lines[0].endswith("(10 %)") and lines[-1].startswith("perfdoctor: 40/40")
+
+
+def test_sample_analyses_k_representative_files(tmp_path) -> None:
+    import shutil
+    import sqlite3
+
+    from perfdoctor import api
+
+    src = next((SAMPLES / "clean_baseline").glob("*.sqlite"))
+    for r in range(12):
+        path = tmp_path / f"rank{r:02d}.sqlite"
+        shutil.copyfile(src, path)
+        with sqlite3.connect(path) as db:  # each copy its own rank, rank 5's steps twice as long
+            for table, column in (("StringIds", "value"), ("NVTX_EVENTS", "text")):
+                db.execute(f"UPDATE {table} SET {column} = ? WHERE {column} LIKE 'rank r=%'", (f"rank r={r} world=12",))
+            if r == 5:
+                db.execute("UPDATE NVTX_EVENTS SET end = end + (end - start) WHERE text LIKE 'step n=%' "
+                           "OR textId IN (SELECT id FROM StringIds WHERE value LIKE 'step n=%')")
+    report = api.analyze([tmp_path], jobs=1, sample=4)
+    assert len(report.devices) == 4 and 5 in [d.rank for d in report.devices]
+    assert report.warnings[0].startswith("--sample 4: analysed 4 of 12 files (")
+    assert "slowest in the first pass" in report.warnings[0]
