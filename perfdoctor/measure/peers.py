@@ -224,6 +224,10 @@ def _straggler(done: pd.DataFrame, cols: dict[int, Collectives], late: dict[int,
     caused = done[(done["rank"] != done["late"]) & (done["wait"] > 0)]
     if caused.empty:
         return None
+    # Waits at pipeline sends/receives are mostly the schedule's bubble: a straggler of the other groups
+    # comes first; a pipeline stage is the straggler only when no other group waits.
+    synchronous = caused[caused["g"] != GROUPS.index("pp")]
+    caused = synchronous if not synchronous.empty else caused
     total = caused.groupby("late")["wait"].sum()
     rank = int(total.idxmax())
     keys = ["g", "c", "members", "stream", "seq"]
