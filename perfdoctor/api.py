@@ -32,7 +32,7 @@ from perfdoctor.measure.memory import MemoryMeasurement, measure_memory
 from perfdoctor.measure.metrics import METRIC_KEYS, across_ranks, timeline_metrics
 from perfdoctor.measure.peers import match
 from perfdoctor.measure.pipeline import theory
-from perfdoctor.measure.ranks import peer_metrics, rank_metrics, rank_stages
+from perfdoctor.measure.ranks import peer_metrics, rank_metrics, rank_stages, stage_evidence
 from perfdoctor.measure.step_series import step_series
 from perfdoctor.measure.steps import find_steps
 from perfdoctor.model import DeviceSummary, Report, Run, Timeline, TimelineInfo, TraceInfo
@@ -95,9 +95,12 @@ def analyze(paths: list[Path | str], config: dict[str, Any] | None = None,
             device.evidence["memory"] = mem.evidence
             memory_warnings.extend(mem.warnings)
     stages, world = rank_stages(run)
+    across = rank_metrics(per_rank, stages)
+    critical = across["pipeline.critical_stage"]
     for device in devices:
         if (run.config.get("pp") or 1) > 1 and stages.get(str(device.rank)) is not None:
-            device.evidence["pipeline"] = {"stage": stages[str(device.rank)]}
+            device.evidence["pipeline"] = stage_evidence(stages[str(device.rank)],
+                                                         per_rank.get(str(device.rank), {}), critical)
     waits = match({rank.info.rank: rank.collectives for rank in ranks if rank.collectives is not None},
                   {int(r): {k.split(".")[1]: v for k, v in m.items() if k.endswith(".exposed_ms")}
                    for r, m in per_rank.items()}, run.config, world)
@@ -107,7 +110,7 @@ def analyze(paths: list[Path | str], config: dict[str, Any] | None = None,
     for r, metrics in per_rank.items():
         metrics.update(waits.metrics.get(r, {}))
         metrics["ranks.late_ms"] = waits.late_ms.get(r)
-    metrics_all = across_ranks(per_rank) | rank_metrics(per_rank, stages) | peer_metrics(waits, per_rank, devices)
+    metrics_all = across_ranks(per_rank) | across | peer_metrics(waits, per_rank, devices)
     warnings = ([sampled] if sampled else []) + list(run.warnings) + memory_warnings
     if (run.config.get("pp") or 1) > 1 and (missing := theory(run.config)[1]):
         flag = "--" + missing[0].replace("_", "-")

@@ -112,3 +112,18 @@ def test_members_follow_megatron_rank_order() -> None:
     assert _members(5, "pp", config, 8, []) == (1, 5)
     assert _members(1, "dp", {"tp": 1, "cp": 2, "dp": 2}, 4, []) == (0, 1, 2, 3)  # DP with CP
     assert _members(3, "dp", {}, None, [0, 3]) == (0, 3)  # config unknown: every rank that has the group
+
+
+def test_critical_stage_is_the_stage_with_most_compute() -> None:
+    from tests.paths import SAMPLES
+
+    per_stage = {}
+    for f in (SAMPLES / "pp_1f1b").glob("*.truth.json"):
+        for t in json.loads(f.read_text())["ranks"].values():
+            per_stage[t["stage"]] = float(np.median([s["compute_ms"] for s in t["steps"]]))
+    report = api.analyze([SAMPLES / "pp_1f1b"], jobs=1)
+    assert report.metrics["all"]["pipeline.critical_stage"] == max(per_stage, key=per_stage.get)
+    for d in report.devices:
+        ev = d.evidence["pipeline"]
+        assert ev["critical"] == (ev["stage"] == max(per_stage, key=per_stage.get))
+        assert ev["bubble_above_theory"] == pytest.approx(ev["bubble_fraction"] - ev["bubble_fraction_theory"])

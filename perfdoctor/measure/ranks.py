@@ -21,8 +21,8 @@ from perfdoctor.measure.peers import PeerWaits
 from perfdoctor.model import DeviceSummary, Run, Timeline, TimelineInfo
 
 RANK_METRIC_KEYS = ("ranks.step_time_spread_fraction", "ranks.compute_spread_fraction", "ranks.slowest",
-                    "pipeline.stage_imbalance_fraction", "ranks.late_ms", "ranks.late_fraction",
-                    "ranks.clock_residual_us")
+                    "pipeline.stage_imbalance_fraction", "pipeline.critical_stage", "ranks.late_ms",
+                    "ranks.late_fraction", "ranks.clock_residual_us")
 # What a straggler's cause part means, for the finding (perfdoctor.measure.peers.CAUSE_PARTS).
 CAUSE_TEXT = {"compute": "more GPU compute", "host.launch_bound": "host gaps: launch-bound (Python/launch overhead)",
               "host.sync": "host gaps: sync stalls", "host.gc": "host gaps: garbage collection",
@@ -96,7 +96,18 @@ def rank_metrics(per_rank: dict[str, dict[str, Any]], stages: dict[str, int | No
         per_stage = np.array([np.median(list(m.values())) for m in by_stage.values()])
         if per_stage.max() > 0:
             out["pipeline.stage_imbalance_fraction"] = float((per_stage.max() - per_stage.min()) / per_stage.max())
+            # the stage with the most compute per step bounds the step: every other stage waits for it
+            out["pipeline.critical_stage"] = list(by_stage)[int(np.argmax(per_stage))]
     return out
+
+
+def stage_evidence(stage: int | None, metrics: dict[str, Any], critical: int | None) -> dict[str, Any]:
+    """Per device of a pipeline run: its stage, its bubble against the schedule's theory, and whether it
+    is the critical stage (the one the step waits for)."""
+    bubble, theory = metrics.get("pipeline.bubble_fraction"), metrics.get("pipeline.bubble_fraction_theory")
+    return {"stage": stage, "bubble_fraction": bubble, "bubble_fraction_theory": theory,
+            "bubble_above_theory": None if bubble is None or theory is None else bubble - theory,
+            "critical": critical is not None and stage == critical}
 
 
 def peer_metrics(waits: PeerWaits, per_rank: dict[str, dict[str, Any]],
