@@ -60,8 +60,33 @@ class TraceInfo:
         return ".".join(parts[:2])
 
 
+class _Identity:
+    """What a timeline's identity gives: its GPU's properties and a short human name."""
+
+    trace: TraceInfo
+    pid: int
+    device_id: int | None
+    rank: int | None
+
+    @property
+    def gpu(self) -> GpuInfo | None:
+        if self.device_id is None:
+            return None
+        return self.trace.gpus.get(self.device_id)
+
+    @property
+    def label(self) -> str:
+        """Short human name: ``rank 0 · pid 144 · GPU 0``."""
+        bits = []
+        if self.rank is not None:
+            bits.append(f"rank {self.rank}")
+        bits.append(f"pid {self.pid}")
+        bits.append(f"GPU {self.device_id}" if self.device_id is not None else "no GPU")
+        return " · ".join(bits)
+
+
 @dataclass
-class Timeline:
+class Timeline(_Identity):
     """One (process, device) of one trace file.
 
     ``device_id`` is ``None`` for a process that ran no CUDA work (CPU-only capture): such a
@@ -99,17 +124,9 @@ class Timeline:
     rank_source: str | None = None  # nvtx-mark | env | manifest | file-order
     memory: MemorySnapshot | None = None  # this rank's CUDA memory snapshot, when the run has one
 
-    @property
-    def gpu(self) -> GpuInfo | None:
-        return _gpu(self)
-
-    @property
-    def label(self) -> str:
-        return _label(self)
-
 
 @dataclass
-class TimelineInfo:
+class TimelineInfo(_Identity):
     """Who a Timeline is, without its event tables: what a per-rank task sends back to the process that
     assembles the Report (DESIGN §1 "Execution"), so no timeline ever travels between processes.
     ``rank_mark`` / ``config_mark`` are the capture hook's marks, kept for the run-level rank assignment
@@ -125,30 +142,6 @@ class TimelineInfo:
     rank_mark: dict[str, int] | None = None
     config_mark: dict[str, Any] = field(default_factory=dict)
     memory: MemorySnapshot | None = None
-
-    @property
-    def gpu(self) -> GpuInfo | None:
-        return _gpu(self)
-
-    @property
-    def label(self) -> str:
-        return _label(self)
-
-
-def _gpu(tl: Timeline | TimelineInfo) -> GpuInfo | None:
-    if tl.device_id is None:
-        return None
-    return tl.trace.gpus.get(tl.device_id)
-
-
-def _label(tl: Timeline | TimelineInfo) -> str:
-    """Short human name: ``rank 0 · pid 144 · GPU 0``."""
-    bits = []
-    if tl.rank is not None:
-        bits.append(f"rank {tl.rank}")
-    bits.append(f"pid {tl.pid}")
-    bits.append(f"GPU {tl.device_id}" if tl.device_id is not None else "no GPU")
-    return " · ".join(bits)
 
 
 @dataclass
