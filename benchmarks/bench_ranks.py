@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import shutil
 import sqlite3
 import statistics
@@ -60,8 +61,10 @@ def _kernels(path: Path) -> int:
         return db.execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL").fetchone()[0]
 
 
-def measure(cmd: list[str]) -> tuple[float, int]:
-    """Wall seconds and peak summed RSS (bytes) of the process tree of ``cmd``."""
+def measure(cmd: list[str]) -> tuple[float, int, float]:
+    """Wall seconds, peak summed RSS (bytes) and CPU seconds of the process tree of ``cmd`` (the CPU
+    time of every descendant once reaped: on a shared machine the work done, whatever the wall time)."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=ROOT)
     peak = [0]
@@ -83,7 +86,9 @@ def measure(cmd: list[str]) -> tuple[float, int]:
     sampler.join()
     if proc.returncode:
         raise SystemExit(f"{' '.join(cmd)} failed: {err.decode()[-2000:]}")
-    return wall, peak[0]
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return wall, peak[0], cpu
 
 
 def main() -> None:
@@ -104,22 +109,22 @@ def main() -> None:
                  "--jobs 2": [*base, str(files[0].parent), "--jobs", "2"]}
         if not args.no_dask:
             modes["--dask local (2 workers)"] = [*base, str(files[0].parent), "--dask", "local", "--jobs", "2"]
-        results: dict[str, list[tuple[float, int]]] = {m: [] for m in modes}
+        results: dict[str, list[tuple[float, int, float]]] = {m: [] for m in modes}
         names = list(modes)
         for i in range(args.repeat):
             for name in names[i % len(names):] + names[:i % len(names)]:  # rotate the order each round
                 results[name].append(measure(modes[name]))
-                print(f"round {i + 1} {name}: {results[name][-1][0]:.1f} s, "
-                      f"{results[name][-1][1] / 2**20:.0f} MiB", flush=True)
-        one = statistics.median(w for w, _ in results["--jobs 1"])
+                wall, rss, cpu = results[name][-1]
+                print(f"round {i + 1} {name}: {wall:.1f} s, {rss / 2**20:.0f} MiB, {cpu:.1f} CPU s", flush=True)
+        one = statistics.median(r[0] for r in results["--jobs 1"])
         print(f"\n{args.ranks} ranks × {args.kernels:,} kernels, {os.cpu_count()} cores, medians of {args.repeat}")
-        print("| executor | wall s | speed-up vs --jobs 1 | peak RSS of the process tree MiB |")
-        print("|---|---|---|---|")
+        print("| executor | wall s | speed-up vs --jobs 1 | CPU s (process tree) | peak RSS of the process tree MiB |")
+        print("|---|---|---|---|---|")
         for name, runs in results.items():
-            wall = statistics.median(w for w, _ in runs)
-            rss = statistics.median(r for _, r in runs) / 2**20
-            print(f"| {name} | {wall:.1f} | {one / wall:.2f}× | {rss:.0f} |")
-
+            wall = statistics.median(r[0] for r in runs)
+            rss = statistics.median(r[1] for r in runs) / 2**20
+            cpu = statistics.median(r[2] for r in runs)
+            print(f"| {name} | {wall:.1f} | {one / wall:.2f}× | {cpu:.1f} | {rss:.0f} |")
 
 if __name__ == "__main__":
     main()
