@@ -10,6 +10,7 @@ from __future__ import annotations
 import multiprocessing
 import multiprocessing.context
 import os
+import sys
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import Any, TypeVar
@@ -66,6 +67,9 @@ def _context() -> multiprocessing.context.BaseContext:
     and safe where forking this process is not (threads of a progress bar, a test runner, Dask)."""
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")
+    main = getattr(sys.modules.get("__main__"), "__file__", None)
+    if main is not None and not os.path.exists(main):  # `python -` (<stdin>): a server could not re-import it
+        return multiprocessing.get_context("fork")
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload(["perfdoctor.api"])
     return ctx
