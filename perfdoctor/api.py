@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from perfdoctor import __version__
-from perfdoctor.classify.groups import label_groups
+from perfdoctor.classify.groups import GROUPS, label_groups
 from perfdoctor.classify.timeline import copy_classes, kernel_classes
 from perfdoctor.diagnose import diagnose, load_rules
 from perfdoctor.diff import Diff, compare, read_report
@@ -65,28 +65,10 @@ def analyze(paths: list[Path | str], config: dict[str, Any] | None = None,
     assign_ranks(run, mark_of=lambda tl: tl.rank_mark)
     attach_snapshots(run, snapshots)
     merge_config(run, cli, mark_of=lambda tl: tl.config_mark)
-    # A file whose own config marks differ from the run's (say it has none) is classified again with
-    # the run's config, so every rank is measured under the same parallel config.
-    stale = [i for i, r in enumerate(results) if r.config != run.config]
-    if stale:
-        again = run_tasks(analyze_file, [FileTask(files[i], run.config, timeline_excerpts) for i in stale], jobs, dask)
-        for i, result in zip(stale, again):
-            for old, new in zip(results[i].ranks, result.ranks):
-                new.info = old.info
-            results[i] = result
+    results = _reclassify(results, run.config, jobs, dask)
     ranks = sorted((rank for r in results for rank in r.ranks), key=lambda rank: rank.info.rank)
     run.timelines = [rank.info for rank in ranks]
-    devices, per_rank, series, excerpts = [], {}, {}, []
-    for rank in ranks:
-        rank.device.rank, rank.device.label = rank.info.rank, rank.info.label
-        if rank.excerpt is not None:
-            rank.excerpt.rank = rank.info.rank
-        devices.append(rank.device)
-        excerpts.append(rank.excerpt)
-        if rank.series is not None:
-            series[str(rank.info.rank)] = rank.series
-        if rank.metrics is not None:
-            per_rank[str(rank.info.rank)] = rank.metrics
+    devices, per_rank, series, excerpts = _summaries(ranks)
     memory_warnings = []
     for tl, device in zip(run.timelines, devices):
         if tl.memory is not None:
@@ -102,8 +84,8 @@ def analyze(paths: list[Path | str], config: dict[str, Any] | None = None,
             device.evidence["pipeline"] = stage_evidence(stages[str(device.rank)],
                                                          per_rank.get(str(device.rank), {}), critical)
     waits = match({rank.info.rank: rank.collectives for rank in ranks if rank.collectives is not None},
-                  {int(r): {k.split(".")[1]: v for k, v in m.items() if k.endswith(".exposed_ms")}
-                   for r, m in per_rank.items()}, run.config, world)
+                  {int(r): {g: m.get(f"comm.{g}.exposed_ms") for g in GROUPS} for r, m in per_rank.items()},
+                  run.config, world)
     for device in devices:
         if str(device.rank) in waits.evidence:
             device.evidence["peers"] = waits.evidence[str(device.rank)]
@@ -150,7 +132,43 @@ class RankResult:
 class FileResult:
     trace: TraceInfo
     config: dict[str, Any]  # the config its ranks were classified with
+    excerpts: bool
     ranks: list[RankResult] = field(default_factory=list)
+
+
+def _reclassify(results: list[FileResult], config: dict[str, Any], jobs: int | None,
+                dask: str | None) -> list[FileResult]:
+    """A file whose own config marks differ from the run's (say it has none) is analysed again with the
+    run's config, so every rank is classified and measured under the same parallel config."""
+    stale = [i for i, r in enumerate(results) if r.config != config]
+    if not stale:
+        return results
+    again = run_tasks(analyze_file, [FileTask(results[i].trace.path, config, results[i].excerpts) for i in stale],
+                      jobs, dask)
+    results = list(results)
+    for i, result in zip(stale, again):
+        for old, new in zip(results[i].ranks, result.ranks):
+            new.info = old.info  # the run-level rank and memory snapshot
+        results[i] = result
+    return results
+
+
+def _summaries(ranks: list[RankResult]) -> tuple[list[DeviceSummary], dict[str, dict[str, Any]],
+                                                 dict[str, dict[str, list[float]]], list[Any]]:
+    """Devices, per-rank metrics, step series and excerpts of the ranks, under their run-level rank."""
+    devices, per_rank, series, excerpts = [], {}, {}, []
+    for rank in ranks:
+        key = str(rank.info.rank)
+        rank.device.rank, rank.device.label = rank.info.rank, rank.info.label
+        if rank.excerpt is not None:
+            rank.excerpt.rank = rank.info.rank
+        devices.append(rank.device)
+        excerpts.append(rank.excerpt)
+        if rank.series is not None:
+            series[key] = rank.series
+        if rank.metrics is not None:
+            per_rank[key] = rank.metrics
+    return devices, per_rank, series, excerpts
 
 
 def analyze_file(task: FileTask) -> FileResult:
@@ -159,7 +177,7 @@ def analyze_file(task: FileTask) -> FileResult:
     run = Run(traces=[trace], timelines=timelines)
     assign_ranks(run)  # provisional (within the file); the run-level assignment has the last word
     merge_config(run, task.config)
-    result = FileResult(trace, run.config)
+    result = FileResult(trace, run.config, task.excerpts)
     while timelines:
         result.ranks.append(analyze_timeline(timelines.pop(0), run.config, task.excerpts))
     return result

@@ -81,3 +81,23 @@ def test_sample_analyses_k_representative_files(tmp_path) -> None:
     assert len(report.devices) == 4 and 5 in [d.rank for d in report.devices]
     assert report.warnings[0].startswith("--sample 4: analysed 4 of 12 files (")
     assert "slowest in the first pass" in report.warnings[0]
+
+
+def test_a_file_without_config_marks_is_measured_under_the_runs_config(tmp_path) -> None:
+    import shutil
+    import sqlite3
+
+    from perfdoctor import api
+
+    src = next((SAMPLES / "clean_baseline").glob("*.sqlite"))
+    for r in range(2):
+        path = tmp_path / f"rank{r}.sqlite"
+        shutil.copyfile(src, path)
+        with sqlite3.connect(path) as db:
+            for table, column in (("StringIds", "value"), ("NVTX_EVENTS", "text")):
+                db.execute(f"UPDATE {table} SET {column} = ? WHERE {column} LIKE 'rank r=%'", (f"rank r={r}",))
+                if r == 1:  # rank 1's capture lost its config mark
+                    db.execute(f"UPDATE {table} SET {column} = 'note' WHERE {column} LIKE 'config {{%'")
+    report = api.analyze([tmp_path], jobs=1)
+    zero, one = report.metrics["ranks"]["0"], report.metrics["ranks"]["1"]
+    assert zero["mfu"] is not None and one["mfu"] == zero["mfu"]
