@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import shutil
 import sqlite3
 import statistics
@@ -62,12 +61,12 @@ def _kernels(path: Path) -> int:
 
 
 def measure(cmd: list[str]) -> tuple[float, int, float]:
-    """Wall seconds, peak summed RSS (bytes) and CPU seconds of the process tree of ``cmd`` (the CPU
-    time of every descendant once reaped: on a shared machine the work done, whatever the wall time)."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    """Wall seconds, peak summed RSS (bytes) and CPU seconds of the process tree of ``cmd`` (each
+    process's last sampled user + system time: on a shared machine, the work done whatever the wall)."""
     t0 = time.perf_counter()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=ROOT)
     peak = [0]
+    cpu: dict[int, float] = {}
 
     def sample() -> None:
         root = psutil.Process(proc.pid)
@@ -75,6 +74,9 @@ def measure(cmd: list[str]) -> tuple[float, int, float]:
             try:
                 tree = [root, *root.children(recursive=True)]
                 peak[0] = max(peak[0], sum(p.memory_info().rss for p in tree if p.is_running()))
+                for p in tree:
+                    times = p.cpu_times()
+                    cpu[p.pid] = times.user + times.system
             except psutil.Error:
                 pass
             time.sleep(0.05)
@@ -86,9 +88,7 @@ def measure(cmd: list[str]) -> tuple[float, int, float]:
     sampler.join()
     if proc.returncode:
         raise SystemExit(f"{' '.join(cmd)} failed: {err.decode()[-2000:]}")
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    return wall, peak[0], cpu
+    return wall, peak[0], sum(cpu.values())
 
 
 def main() -> None:
