@@ -7,79 +7,97 @@ nothing here formats output.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from perfdoctor import __version__
-from perfdoctor.classify.framework import detect_framework
-from perfdoctor.classify.groups import label_groups
+from perfdoctor.classify.framework import detect_framework, timeline_fingerprints
+from perfdoctor.classify.groups import GROUPS, label_groups
 from perfdoctor.classify.timeline import copy_classes, kernel_classes
 from perfdoctor.diagnose import diagnose, load_rules
 from perfdoctor.diff import Diff, compare, read_report
 from perfdoctor.errors import InputError
-from perfdoctor.load.discover import discover_snapshots
+from perfdoctor.execute import run_tasks
+from perfdoctor.load.discover import discover, discover_snapshots
+from perfdoctor.load.labels import config_mark, rank_mark
 from perfdoctor.load.memsnap import load_snapshot, rank_from_name
-from perfdoctor.load.run import load_run
+from perfdoctor.load.run import assign_ranks, attach_snapshots, load_trace, merge_config
+from perfdoctor.load.run_identity import check_one_run, last_event_ns
 from perfdoctor.measure.activity import activity
 from perfdoctor.measure.breakdown import activity_window, summarize
+from perfdoctor.measure.collectives import Collectives, collectives
 from perfdoctor.measure.excerpt import excerpt
+from perfdoctor.measure.host import host_gaps
 from perfdoctor.measure.graphs import graph_metrics
 from perfdoctor.measure.memory import MemoryMeasurement, measure_memory, measure_run_memory
 from perfdoctor.measure.metrics import across_ranks, timeline_metrics
+from perfdoctor.measure.peers import match
 from perfdoctor.measure.pipeline import theory
-from perfdoctor.measure.ranks import rank_metrics, rank_stages
+from perfdoctor.measure.ranks import peer_metrics, rank_metrics, rank_stages, stage_evidence
 from perfdoctor.measure.step_series import step_series
 from perfdoctor.measure.steps import find_steps
 from perfdoctor.measure.work_units import kernel_work
-from perfdoctor.model import Report
+from perfdoctor.model import DeviceSummary, Report, Run, Timeline, TimelineInfo, TraceInfo
+from perfdoctor.sample import glance, pick
 
 
 def analyze(paths: list[Path | str], config: dict[str, Any] | None = None,
             progress: Callable[[int, int, str], None] | None = None,
             rules_dirs: list[Path | str] | None = None, timeline_excerpts: bool = True,
+            jobs: int | None = None, dask: str | None = None, sample: int | None = None,
             config_sources: dict[str, str] | None = None, allow_mixed: bool = False,
             device_memory_bytes: int | None = None) -> Report:
     """Analyse trace files or run directories into one Report; ``progress(done, total, what)`` is
-    called as each timeline is analysed (the CLI's progress bar). Findings come from the shipped
+    called as each file's ranks are analysed (the CLI's progress bar). Findings come from the shipped
     rules plus those in ``rules_dirs`` (loaded first, so a bad rule file fails before the analysis).
     ``timeline_excerpts``: draw the representative step for the HTML report (the CLI skips it when no
-    HTML is wanted: it costs a pass over the kernels). ``config_sources`` says where each ``config``
-    value came from (default "cli"); ``allow_mixed`` analyses inputs that are several captures as one.
-    ``device_memory_bytes`` (``--device-memory``): the GPU's memory for the headroom rules, over what the
-    trace's GPU table says."""
+    HTML is wanted: it costs a pass over the kernels). ``jobs`` / ``dask``: where the per-rank tasks
+    run (perfdoctor.execute); the Report is the same whichever runs them. ``sample``: analyse that many
+    representative files of a large run (perfdoctor.sample), and say so in the warnings.
+    ``config_sources`` says where each ``config`` value came from (default "cli"); ``allow_mixed``
+    analyses inputs that are several captures as one. ``device_memory_bytes`` (``--device-memory``): the
+    GPU's memory for the headroom rules, over what the trace's GPU table says."""
     rules = load_rules(rules_dirs)
-    run = load_run([Path(p) for p in paths], config, config_sources, allow_mixed, detail=False)
+    files = discover([Path(p) for p in paths])
+    snapshots = [load_snapshot(p) for p in discover_snapshots([Path(p) for p in paths])]  # small: fail fast
+    cli = config or {}
+    sampled = None
+    if sample is not None:
+        files, sampled = pick(run_tasks(glance, files, jobs, dask), sample, cli)
+    tasks = [FileTask(path, cli, timeline_excerpts) for path in files]
+    results = run_tasks(analyze_file, tasks, jobs, dask, progress)
+    run = Run(traces=[r.trace for r in results], timelines=[rank.info for r in results for rank in r.ranks])
+    for info in run.traces:
+        run.warnings.extend(f"{info.path.name}: {w}" for w in info.warnings)
+    check_one_run(run, [Path(p) for p in paths], allow_mixed)
+    assign_ranks(run, mark_of=lambda tl: tl.rank_mark)
+    attach_snapshots(run, snapshots)
+    merge_config(run, cli, config_sources, mark_of=lambda tl: tl.config_mark)
     run.framework = detect_framework(run)
-    devices, per_rank = [], {}
-    series, excerpts = {}, []
-    for done, tl in enumerate(run.timelines):
-        if progress is not None:
-            progress(done, len(run.timelines), f"analysing {tl.label}")
-        kcls = kernel_classes(tl.kernels)
-        ccls = copy_classes(tl.memcpy)
-        groups = label_groups(tl, kcls, run.config)
-        window = activity_window(tl)
-        steps = find_steps(tl, window, kcls) if window else None
-        act = activity(tl, kcls, ccls)
-        device = summarize(tl, kcls, ccls, act, steps)
-        device.groups = groups.summary(tl.kernels)
-        devices.append(device)
-        excerpts.append(excerpt(tl, kcls, act, steps, groups, run.config)
-                        if steps is not None and timeline_excerpts else None)
-        if steps is not None:
-            series[str(tl.rank)] = step_series(tl.kernels, act, steps, groups)
-        if steps is not None:
-            per_rank[str(tl.rank)], device.evidence = timeline_metrics(tl, kcls, act, steps, groups, run.config)
-            per_rank[str(tl.rank)] |= graph_metrics(tl, steps)
-            if (work := kernel_work(tl.kernels, kcls, steps)) is not None:
-                device.evidence["work"] = work
+    results = _reclassify(results, run.config, jobs, dask)
+    ranks = sorted((rank for r in results for rank in r.ranks), key=lambda rank: rank.info.rank)
+    run.timelines = [rank.info for rank in ranks]
+    devices, per_rank, series, excerpts = _summaries(ranks)
     memory_warnings = measure_run_memory(run, devices, per_rank, device_memory_bytes)
-    stages = rank_stages(run)
+    stages, world = rank_stages(run)
+    across = rank_metrics(per_rank, stages)
+    critical = across["pipeline.critical_stage"]
     for device in devices:
         if (run.config.get("pp") or 1) > 1 and stages.get(str(device.rank)) is not None:
-            device.evidence["pipeline"] = {"stage": stages[str(device.rank)]}
-    metrics_all = across_ranks(per_rank) | rank_metrics(per_rank, stages)
-    warnings = list(run.warnings) + memory_warnings
+            device.evidence["pipeline"] = stage_evidence(stages[str(device.rank)],
+                                                         per_rank.get(str(device.rank), {}), critical)
+    waits = match({rank.info.rank: rank.collectives for rank in ranks if rank.collectives is not None},
+                  {int(r): {g: m.get(f"comm.{g}.exposed_ms") for g in GROUPS} for r, m in per_rank.items()},
+                  run.config, world)
+    for device in devices:
+        if str(device.rank) in waits.evidence:
+            device.evidence["peers"] = waits.evidence[str(device.rank)]
+    for r, metrics in per_rank.items():
+        metrics.update(waits.metrics.get(r, {}))
+        metrics["ranks.late_ms"] = waits.late_ms.get(r)
+    metrics_all = across_ranks(per_rank) | across | peer_metrics(waits, per_rank, devices)
+    warnings = ([sampled] if sampled else []) + list(run.warnings) + memory_warnings
     if (run.config.get("pp") or 1) > 1 and (missing := theory(run.config)[1]):
         flag = "--" + missing[0].replace("_", "-")
         warnings.append(f"pipeline bubble theory needs {', '.join(missing)} (give it with {flag})")
@@ -91,6 +109,110 @@ def analyze(paths: list[Path | str], config: dict[str, Any] | None = None,
                     excerpts=excerpts)
     report.findings = diagnose(report, rules)
     return report
+
+
+@dataclass(frozen=True)
+class FileTask:
+    """One unit of work: a trace file and the config to classify its ranks with."""
+
+    path: Path
+    config: dict[str, Any]
+    excerpts: bool
+
+
+@dataclass
+class RankResult:
+    """What one rank's task sends back (small and picklable; never the timeline)."""
+
+    info: TimelineInfo
+    device: DeviceSummary
+    metrics: dict[str, Any] | None
+    series: dict[str, list[float]] | None
+    excerpt: Any
+    collectives: Collectives | None
+
+
+@dataclass
+class FileResult:
+    trace: TraceInfo
+    config: dict[str, Any]  # the config its ranks were classified with
+    excerpts: bool
+    ranks: list[RankResult] = field(default_factory=list)
+
+
+def _reclassify(results: list[FileResult], config: dict[str, Any], jobs: int | None,
+                dask: str | None) -> list[FileResult]:
+    """A file whose own config marks differ from the run's (say it has none) is analysed again with the
+    run's config, so every rank is classified and measured under the same parallel config."""
+    stale = [i for i, r in enumerate(results) if r.config != config]
+    if not stale:
+        return results
+    again = run_tasks(analyze_file, [FileTask(results[i].trace.path, config, results[i].excerpts) for i in stale],
+                      jobs, dask)
+    results = list(results)
+    for i, result in zip(stale, again):
+        for old, new in zip(results[i].ranks, result.ranks):
+            new.info = old.info  # the run-level rank and memory snapshot
+        results[i] = result
+    return results
+
+
+def _summaries(ranks: list[RankResult]) -> tuple[list[DeviceSummary], dict[str, dict[str, Any]],
+                                                 dict[str, dict[str, list[float]]], list[Any]]:
+    """Devices, per-rank metrics, step series and excerpts of the ranks, under their run-level rank."""
+    devices, per_rank, series, excerpts = [], {}, {}, []
+    for rank in ranks:
+        key = str(rank.info.rank)
+        rank.device.rank, rank.device.label = rank.info.rank, rank.info.label
+        if rank.excerpt is not None:
+            rank.excerpt.rank = rank.info.rank
+        devices.append(rank.device)
+        excerpts.append(rank.excerpt)
+        if rank.series is not None:
+            series[key] = rank.series
+        if rank.metrics is not None:
+            per_rank[key] = rank.metrics
+    return devices, per_rank, series, excerpts
+
+
+def analyze_file(task: FileTask) -> FileResult:
+    """Load one file, then analyse its timelines one at a time, each dropped once summarised."""
+    trace, timelines = load_trace(task.path, detail=False)
+    run = Run(traces=[trace], timelines=timelines)
+    assign_ranks(run)  # provisional (within the file); the run-level assignment has the last word
+    merge_config(run, task.config)
+    result = FileResult(trace, run.config, task.excerpts)
+    while timelines:
+        result.ranks.append(analyze_timeline(timelines.pop(0), run.config, task.excerpts))
+    return result
+
+
+def analyze_timeline(tl: Timeline, config: dict[str, Any], excerpts: bool) -> RankResult:
+    """One rank: classify → measure → summary."""
+    kcls = kernel_classes(tl.kernels)
+    ccls = copy_classes(tl.memcpy)
+    groups = label_groups(tl, kcls, config)
+    window = activity_window(tl)
+    steps = find_steps(tl, window, kcls) if window else None
+    act = activity(tl, kcls, ccls)
+    device = summarize(tl, kcls, ccls, act, steps)
+    device.groups = groups.summary(tl.kernels)
+    info = TimelineInfo(trace=tl.trace, pid=tl.pid, global_pid=tl.global_pid, device_id=tl.device_id,
+                        process_name=tl.process_name, rank=tl.rank, rank_source=tl.rank_source,
+                        rank_mark=rank_mark(tl), config_mark=config_mark(tl), last_event_ns=last_event_ns(tl),
+                        fingerprints=timeline_fingerprints(tl))
+    result = RankResult(info, device, None, None, None, None)
+    if steps is None:
+        return result
+    result.excerpt = excerpt(tl, kcls, act, steps, groups, config) if excerpts else None
+    result.series = step_series(tl.kernels, act, steps, groups)
+    result.metrics, device.evidence = timeline_metrics(tl, kcls, act, steps, groups, config)
+    result.metrics |= graph_metrics(tl, steps)
+    if (work := kernel_work(tl.kernels, kcls, steps)) is not None:
+        device.evidence["work"] = work
+    if tl.device_id is not None and len(steps):
+        result.collectives = collectives(tl, act, steps, groups, host_gaps(tl, steps, act.busy))
+    return result
 
 
 def memory(paths: list[Path | str], device_total_bytes: int | None = None,

@@ -117,6 +117,13 @@ def analyze(
     device_memory: Annotated[Optional[float], typer.Option(
         "--device-memory", metavar="GIB", help="GPU memory in GiB (e.g. 80) for the memory headroom rules; "
                                                "wins over the trace's GPU table (MIG slices).")] = None,
+    jobs: Annotated[Optional[int], typer.Option("--jobs", "-j", min=1, help="Processes analysing ranks in parallel "
+                                                "(default: the machine's cores).")] = None,
+    dask: Annotated[Optional[str], typer.Option("--dask", help="Run the per-rank tasks on Dask: `local` (a "
+                                                "LocalCluster of --jobs workers) or tcp://HOST:PORT.")] = None,
+    sample: Annotated[Optional[int], typer.Option("--sample", min=1, help="Analyse this many representative files "
+                                                  "of a large run (every PP stage, the slowest and fastest of a "
+                                                  "first pass, the rest spread over ranks).")] = None,
 ) -> None:
     """Measure where each GPU's time goes and print the breakdown."""
     from perfdoctor import api
@@ -130,7 +137,7 @@ def analyze(
     with analysis_progress() as progress:
         report = api.analyze(paths, config, progress=progress, rules_dirs=rules, timeline_excerpts=html is not None,
                              config_sources=sources, allow_mixed=allow_mixed,
-                             device_memory_bytes=_gib_bytes(device_memory))
+                             device_memory_bytes=_gib_bytes(device_memory), jobs=jobs, dask=dask, sample=sample)
     _write_reports(report, html, markdown, plotly_js.value)
     if output_format is OutputFormat.json:
         from perfdoctor.render.json import render_json

@@ -51,8 +51,9 @@ class TraceInfo:
     counts: dict[str, int] = field(default_factory=dict)  # rows per event table, for the summary
     warnings: list[str] = field(default_factory=list)
     # Parallel sizes the file itself states (a Kineto trace's named process groups: ``{"tp": 4}``), and
-    # the world size it records; merged into the run config below marks and CLI values.
+    # the rank and world size it records; merged into the run config below marks and CLI values.
     config: dict[str, Any] = field(default_factory=dict)
+    rank: int | None = None
     world_size: int | None = None
 
     @property
@@ -72,8 +73,33 @@ class TraceInfo:
         return ".".join(parts[:2])
 
 
+class _Identity:
+    """What a timeline's identity gives: its GPU's properties and a short human name."""
+
+    trace: TraceInfo
+    pid: int
+    device_id: int | None
+    rank: int | None
+
+    @property
+    def gpu(self) -> GpuInfo | None:
+        if self.device_id is None:
+            return None
+        return self.trace.gpus.get(self.device_id)
+
+    @property
+    def label(self) -> str:
+        """Short human name: ``rank 0 · pid 144 · GPU 0``."""
+        bits = []
+        if self.rank is not None:
+            bits.append(f"rank {self.rank}")
+        bits.append(f"pid {self.pid}")
+        bits.append(f"GPU {self.device_id}" if self.device_id is not None else "no GPU")
+        return " · ".join(bits)
+
+
 @dataclass
-class Timeline:
+class Timeline(_Identity):
     """One (process, device) of one trace file.
 
     ``device_id`` is ``None`` for a process that ran no CUDA work (CPU-only capture): such a
@@ -119,21 +145,28 @@ class Timeline:
     rank_source: str | None = None  # nvtx-mark | env | manifest | file-order
     memory: MemorySnapshot | None = None  # this rank's CUDA memory snapshot, when the run has one
 
-    @property
-    def gpu(self) -> GpuInfo | None:
-        if self.device_id is None:
-            return None
-        return self.trace.gpus.get(self.device_id)
 
-    @property
-    def label(self) -> str:
-        """Short human name: ``rank 0 · pid 144 · GPU 0``."""
-        bits = []
-        if self.rank is not None:
-            bits.append(f"rank {self.rank}")
-        bits.append(f"pid {self.pid}")
-        bits.append(f"GPU {self.device_id}" if self.device_id is not None else "no GPU")
-        return " · ".join(bits)
+@dataclass
+class TimelineInfo(_Identity):
+    """Who a Timeline is, without its event tables: what a per-rank task sends back to the process that
+    assembles the Report (DESIGN §1 "Execution"), so no timeline ever travels between processes.
+    ``rank_mark`` / ``config_mark`` are the capture hook's marks, kept for the run-level rank assignment
+    and config merge; ``last_event_ns`` (its latest event, on its file's clock) tells captures apart and
+    snapshots from other runs; ``fingerprints`` are the framework evidence its tables held
+    (perfdoctor.classify.framework)."""
+
+    trace: TraceInfo
+    pid: int
+    global_pid: int
+    device_id: int | None
+    process_name: str | None = None
+    rank: int | None = None
+    rank_source: str | None = None
+    rank_mark: dict[str, int] | None = None
+    config_mark: dict[str, Any] = field(default_factory=dict)
+    memory: MemorySnapshot | None = None
+    last_event_ns: int | None = None
+    fingerprints: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -141,7 +174,7 @@ class Run:
     """All timelines of one analysis (one file, several files, or a run directory)."""
 
     traces: list[TraceInfo]
-    timelines: list[Timeline]
+    timelines: list[Timeline] | list[TimelineInfo]  # analyze() keeps only the identities (TimelineInfo)
     config: dict[str, Any] = field(default_factory=dict)
     config_sources: dict[str, str] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)

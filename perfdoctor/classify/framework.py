@@ -21,7 +21,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from perfdoctor.model import Run
+from perfdoctor.model import Run, Timeline, TimelineInfo
 
 MANIFEST = "manifest.json"
 MANIFEST_MAX_BYTES = 4 << 20
@@ -31,6 +31,8 @@ MEGATRON_NVTX = re.compile(r"forward_backward_(no_)?pipelining|megatron", re.IGN
 HOOK_MICROBATCH = re.compile(r"^(fwd|bwd) mb=\d+")
 PYTORCH_NVTX = re.compile(r"^(aten::|ProfilerStep#|autograd::|nccl:)")
 PYTORCH_KERNEL = re.compile(r"\bat::native::|\bc10::|transformer_engine::|^cunn_|\bat_cuda_detail::")
+FINGERPRINTS = {"hook_microbatch": (HOOK_MICROBATCH, "nvtx"), "megatron_nvtx": (MEGATRON_NVTX, "nvtx"),
+                "pytorch_nvtx": (PYTORCH_NVTX, "nvtx"), "pytorch_kernel": (PYTORCH_KERNEL, "kernels")}
 PYTORCH_ENV = ("TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT", "TORCH_NCCL_ASYNC_ERROR_HANDLING",
                "PYTORCH_CUDA_ALLOC_CONF", "LOCAL_WORLD_SIZE")
 
@@ -77,13 +79,13 @@ def _from_hook(run: Run) -> tuple[str, str] | None:
     marked = [k for k in MEGATRON_CONFIG_KEYS if run.config_sources.get(k) == "nvtx-mark"]
     if marked:
         return "megatron-core", f"capture config mark ({', '.join(marked)} from Megatron's parallel state)"
-    if _matches(run, HOOK_MICROBATCH, "nvtx"):
+    if _has(run, "hook_microbatch"):
         return "megatron-core", "capture hook's micro-batch ranges (Megatron schedules)"
     return None
 
 
 def _from_megatron_traces(run: Run) -> tuple[str, str] | None:
-    if _matches(run, MEGATRON_NVTX, "nvtx"):
+    if _has(run, "megatron_nvtx"):
         return "megatron-core", "Megatron NVTX ranges"
     if any(info.config for info in run.traces):  # only Megatron's group descriptions fill it (load.kineto)
         return "megatron-core", "PyTorch profiler process groups (Megatron group names)"
@@ -93,25 +95,33 @@ def _from_megatron_traces(run: Run) -> tuple[str, str] | None:
 
 
 def _from_pytorch(run: Run) -> tuple[str, str] | None:
-    if _matches(run, PYTORCH_NVTX, "nvtx"):
+    if _has(run, "pytorch_nvtx"):
         return "pytorch", "PyTorch NVTX ranges"
-    if _matches(run, PYTORCH_KERNEL, "kernels"):
+    if _has(run, "pytorch_kernel"):
         return "pytorch", "PyTorch / Transformer Engine kernel names"
     if _env_has(run, lambda name: name in PYTORCH_ENV):
         return "pytorch", "environment (PyTorch launcher variables)"
     return None
 
 
-def _matches(run: Run, pattern: re.Pattern[str], where: str) -> bool:
-    """Whether any NVTX text (``where="nvtx"``) or kernel name (``"kernels"``) of the run matches."""
-    for tl in run.timelines:
+def _has(run: Run, fingerprint: str) -> bool:
+    """Whether any timeline of the run shows ``fingerprint`` (a TimelineInfo carries what its tables showed)."""
+    return any(fingerprint in (tl.fingerprints if isinstance(tl, TimelineInfo) else timeline_fingerprints(tl))
+               for tl in run.timelines)
+
+
+def timeline_fingerprints(tl: Timeline) -> frozenset[str]:
+    """Which of ``FINGERPRINTS`` the timeline's NVTX text or kernel names show (computed where the
+    timeline is, so a per-rank task sends back the answer, not the tables)."""
+    found = set()
+    for name, (pattern, where) in FINGERPRINTS.items():
         table = tl.nvtx if where == "nvtx" else tl.kernels
         if not len(table):
             continue
         column = "text" if where == "nvtx" else ("demangled_name" if "demangled_name" in table else "short_name")
         if column in table and _any_text(table[column], pattern):
-            return True
-    return False
+            found.add(name)
+    return frozenset(found)
 
 
 def _env_has(run: Run, test: Any) -> bool:

@@ -59,8 +59,10 @@ def diagnose(report: Report, rules: list[Rule]) -> list[dict[str, Any]]:
         for name, value in info.env.items():
             run_env.setdefault(name, value)
     first = next(iter(contexts.values()), None)
+    # Run-level evidence: the straggler's (measure/ranks.py peer_metrics), for run-scope rules.
+    run_evidence = {topic: ev for d in report.devices for topic, ev in d.evidence.items() if topic == "straggler"}
     run_ctx = Context(metrics=report.metrics.get("all", {}), config=run.config, env=run_env,
-                      device=first.device if first else {})
+                      evidence=run_evidence, device=first.device if first else {})
     return evaluate_rules(rules, contexts, run_ctx, run.framework.get("name", "unknown"))
 
 
@@ -139,8 +141,13 @@ def _fires(rule: Rule, ctx: Context) -> bool:
 
 
 def impact_ms(rule: Rule, ctx: Context) -> float | None:
-    """ms per step the rule's impact metric attributes to the problem (times factors, times scale)."""
-    return _product(rule.spec["impact"], ctx)
+    """ms per step the rule's impact metric attributes to the problem (times factors, times scale; the
+    ``otherwise`` estimate where that metric is unknown), never more than the step itself."""
+    value = _product(rule.spec["impact"], ctx)
+    if value is None and "otherwise" in rule.spec["impact"]:
+        value = _product(rule.spec["impact"]["otherwise"], ctx)
+    step = as_number(ctx.resolve("step.time_ms"))
+    return min(value, step) if value is not None and step else value
 
 
 class _Aggregate:

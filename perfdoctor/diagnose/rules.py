@@ -235,6 +235,10 @@ def _names(spec: dict[str, Any]) -> list[tuple[str, str]]:
     if impact.get("metric"):
         out.append(("impact.metric", impact["metric"]))
     out.extend((f"impact.times.{i}", n) for i, n in enumerate(impact.get("times", [])))
+    otherwise = impact.get("otherwise", {})
+    if otherwise.get("metric"):
+        out.append(("impact.otherwise.metric", otherwise["metric"]))
+    out.extend((f"impact.otherwise.times.{i}", n) for i, n in enumerate(otherwise.get("times", [])))
     out.extend((f"evidence.{i}", n) for i, n in enumerate(spec.get("evidence", [])))
     for field, knob in _knob_list(spec):
         what_if = knob.get("what_if") or {}

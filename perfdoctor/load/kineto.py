@@ -489,11 +489,10 @@ def _build(c: _Collector, meta: dict[str, Any]) -> tuple[TraceInfo, list[Timelin
             trace=info, pid=host_pid, global_pid=gpid, device_id=int(dev),
             kernels=_on(kernels, dev), memcpy=_on(memcpy, dev), memset=_on(memset, dev), sync=sync,
             api=api, nvtx=nvtx, thread_names=thread_names, process_name=c.process_names.get(host_pid),
-            rank=rank if len(devices) == 1 else None, rank_source="kineto" if len(devices) == 1 else None,
         ))
     if rank is not None and len(devices) > 1:
         warnings.append(f"rank {rank} drove {len(devices)} GPUs: ranks are given in file order")
-    info.world_size = world
+    info.rank, info.world_size = rank, world
     return info, timelines
 
 

@@ -1,13 +1,14 @@
 """Load every input into one :class:`Run`: timelines with ranks, and the parallel/model config.
 
-Rank of a timeline (DESIGN §2): what the file states (a Kineto trace's ``distributedInfo.rank``), the
-capture hook's ``rank`` mark, else the ``RANK``-style variable of
+Rank of a timeline (DESIGN §2): what a single-process file states (a Kineto trace's
+``distributedInfo.rank``), the capture hook's ``rank`` mark, else the ``RANK``-style variable of
 the captured environment (only meaningful when the file holds a single process), else file order —
 and each timeline records which source was used.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,8 +17,8 @@ from perfdoctor.load.kineto import load_kineto
 from perfdoctor.load.labels import config_mark, rank_mark
 from perfdoctor.load.memsnap import MemorySnapshot, load_snapshot, outside_session, rank_from_name
 from perfdoctor.load.nsys import load_export
-from perfdoctor.load.run_identity import check_one_run
-from perfdoctor.model import Run, Timeline
+from perfdoctor.load.run_identity import check_one_run, last_event_ns
+from perfdoctor.model import Run, Timeline, TraceInfo
 
 RANK_ENV_VARS = ("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
 
@@ -25,28 +26,34 @@ RANK_ENV_VARS = ("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
 def load_run(paths: list[Path], config: dict[str, Any] | None = None,
              config_sources: dict[str, str] | None = None, allow_mixed: bool = False, *,
              detail: bool = True) -> Run:
-    """Read all inputs; ``config`` holds values given by the user (they win over marks), each from
-    ``config_sources[key]`` ("cli" unless said: "config-file" for --config). Inputs that are several
-    captures are refused unless ``allow_mixed`` (perfdoctor.load.run_identity). ``detail=False``:
-    without the columns no analysis reads (load.nsys.DETAIL_COLUMNS)."""
+    """Read all inputs into memory at once (``api.analyze`` instead runs one file per task); ``config``
+    holds values given by the user (they win over marks), each from ``config_sources[key]`` ("cli"
+    unless said: "config-file" for --config). Inputs that are several captures are refused unless
+    ``allow_mixed`` (perfdoctor.load.run_identity). ``detail=False``: without the columns no analysis
+    reads (load.nsys.DETAIL_COLUMNS)."""
     traces, timelines = [], []
     exports = discover(paths)
     snapshots = [load_snapshot(p) for p in discover_snapshots(paths)]  # small next to traces: fail fast
     for path in exports:
-        info, tls = load_kineto(path) if reads_as_kineto(path) else load_export(path, detail=detail)
+        info, tls = load_trace(path, detail=detail)
         traces.append(info)
         timelines.extend(tls)
     run = Run(traces=traces, timelines=timelines)
     for info in traces:
         run.warnings.extend(f"{info.path.name}: {w}" for w in info.warnings)
     check_one_run(run, paths, allow_mixed)
-    _assign_ranks(run)
-    _attach_snapshots(run, snapshots)
-    _merge_config(run, config or {}, config_sources or {})
+    assign_ranks(run)
+    attach_snapshots(run, snapshots)
+    merge_config(run, config or {}, config_sources or {})
     return run
 
 
-def _attach_snapshots(run: Run, snapshots: list[MemorySnapshot]) -> None:
+def load_trace(path: Path, *, detail: bool = True) -> tuple[TraceInfo, list[Timeline]]:
+    """One input file, whichever format it is (nsys SQLite export or PyTorch profiler trace)."""
+    return load_kineto(path) if reads_as_kineto(path) else load_export(path, detail=detail)
+
+
+def attach_snapshots(run: Run, snapshots: list[MemorySnapshot]) -> None:
     """Give each memory snapshot to the GPU timeline of the rank in its file name; a single snapshot
     without a rank in its name (Megatron-LM's ``snapshot.pickle``) goes to a single GPU timeline."""
     gpu_timelines = [tl for tl in run.timelines if tl.device_id is not None]
@@ -70,22 +77,26 @@ def _attach_snapshots(run: Run, snapshots: list[MemorySnapshot]) -> None:
             tl.memory = snap
 
 
-def _trace_end_ns(tl: Timeline) -> int | None:
-    """UTC time of the timeline's last kernel (times are ns since the session start)."""
-    if tl.trace.session_start_utc_ns is None or not len(tl.kernels):
+def _trace_end_ns(tl: Any) -> int | None:
+    """UTC time of the timeline's last event (times are ns since the session start)."""
+    last = last_event_ns(tl)
+    if tl.trace.session_start_utc_ns is None or last is None:
         return None
-    return tl.trace.session_start_utc_ns + int(tl.kernels["end"].max())
+    return tl.trace.session_start_utc_ns + last
 
 
-def _assign_ranks(run: Run) -> None:
+def assign_ranks(run: Run, mark_of: Callable[[Any], dict[str, int] | None] = rank_mark) -> None:
+    """Rank of every timeline, over the whole run (duplicates and file order need all of them);
+    ``mark_of`` reads a timeline's rank mark (a TimelineInfo carries it, a Timeline has its NVTX)."""
     per_file: dict[Path, int] = {}
     for tl in run.timelines:
         per_file[tl.trace.path] = per_file.get(tl.trace.path, 0) + 1
+        tl.rank = tl.rank_source = None
     for tl in run.timelines:
-        mark = rank_mark(tl)
-        if tl.rank is not None:  # the file itself says (a Kineto trace's distributedInfo)
-            continue
-        if mark and "r" in mark:
+        mark = mark_of(tl)
+        if tl.trace.rank is not None and per_file[tl.trace.path] == 1:
+            tl.rank, tl.rank_source = tl.trace.rank, "file"  # a Kineto trace's distributedInfo
+        elif mark and "r" in mark:
             tl.rank, tl.rank_source = mark["r"], "nvtx-mark"
         elif per_file[tl.trace.path] == 1 and (env_rank := _env_rank(tl)) is not None:
             tl.rank, tl.rank_source = env_rank, "env"
@@ -109,9 +120,12 @@ def _env_rank(tl: Timeline) -> int | None:
     return None
 
 
-def _merge_config(run: Run, cli: dict[str, Any], sources: dict[str, str]) -> None:
+def merge_config(run: Run, cli: dict[str, Any], sources: dict[str, str] | None = None,
+                 mark_of: Callable[[Any], dict[str, Any]] = config_mark) -> None:
+    """Config marks in rank order (the first rank that names a key wins), then what files state (a
+    Kineto trace's Megatron process groups), then the user's values (``sources``: "cli" unless said)."""
     for tl in run.timelines:
-        for key, value in config_mark(tl).items():
+        for key, value in mark_of(tl).items():
             if key not in run.config:
                 run.config[key] = value
                 run.config_sources[key] = "nvtx-mark"
@@ -123,4 +137,4 @@ def _merge_config(run: Run, cli: dict[str, Any], sources: dict[str, str]) -> Non
     for key, value in cli.items():
         if value is not None:
             run.config[key] = value
-            run.config_sources[key] = sources.get(key, "cli")
+            run.config_sources[key] = (sources or {}).get(key, "cli")

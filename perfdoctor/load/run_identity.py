@@ -24,7 +24,7 @@ from pathlib import Path
 from perfdoctor.errors import InputError
 from perfdoctor.load.labels import rank_mark
 from perfdoctor.load.nsys_report import source_report
-from perfdoctor.model import Run, Timeline, TraceInfo
+from perfdoctor.model import Run, Timeline, TimelineInfo, TraceInfo
 
 # Hosts' clocks (NTP) agree to well under a second; 60 s also covers ranks whose launch was staggered.
 CLOCK_SLACK_NS = 60 * 10**9
@@ -66,7 +66,7 @@ def split_captures(run: Run, inputs: list[Path]) -> list[Capture]:
     keyed: dict[tuple[Path | None, int | None], list[tuple[TraceInfo, int | None, int | None]]] = {}
     for info in run.traces:
         timelines = by_file.get(info.path, [])
-        worlds = {m["world"] for tl in timelines if (m := rank_mark(tl)) and "world" in m}
+        worlds = {m["world"] for tl in timelines if (m := _rank_mark(tl)) and "world" in m}
         world = max(worlds) if worlds else None
         manifest = _manifest_of(info.path, inputs)
         start, end = _interval(info, timelines)
@@ -102,12 +102,24 @@ def _interval(info: TraceInfo, timelines: list[Timeline]) -> tuple[int | None, i
     """Wall-clock span of a file: session start plus its last event (event times are relative to it)."""
     if info.session_start_utc_ns is None:
         return None, None
-    last = 0
-    for tl in timelines:
-        for frame in (tl.kernels, tl.nvtx, tl.api, tl.memcpy):
-            if len(frame):
-                last = max(last, int(frame["end"].max()), int(frame["start"].max()))
+    last = max((t for tl in timelines if (t := last_event_ns(tl)) is not None), default=0)
     return info.session_start_utc_ns, info.session_start_utc_ns + last
+
+
+def last_event_ns(tl: Timeline | TimelineInfo) -> int | None:
+    """The timeline's last event time (ns on its file's clock); a TimelineInfo carries it."""
+    if isinstance(tl, TimelineInfo):
+        return tl.last_event_ns
+    last = None
+    for frame in (tl.kernels, tl.nvtx, tl.api, tl.memcpy):
+        if len(frame):
+            here = max(int(frame["end"].max()), int(frame["start"].max()))
+            last = here if last is None else max(last, here)
+    return last
+
+
+def _rank_mark(tl: Timeline | TimelineInfo) -> dict[str, int] | None:
+    return tl.rank_mark if isinstance(tl, TimelineInfo) else rank_mark(tl)
 
 
 def _overlapping(members: list[tuple[TraceInfo, int | None, int | None]]):

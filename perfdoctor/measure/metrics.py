@@ -32,6 +32,7 @@ METRIC_KEYS: tuple[str, ...] = (
     "step.time_ms", "step.time_p90_ms", "gpu.busy_fraction", "compute.fraction", "compute.time_ms",
     "comm.time_ms", "comm.exposed_ms", "comm.exposed_fraction",
     *(f"comm.{g}.{m}" for g in GROUPS for m in ("time_ms", "exposed_ms", "exposed_fraction")),
+    *(f"comm.{g}.{m}" for g in GROUPS for m in ("exposed_wait_ms", "exposed_transfer_ms")),  # measure/peers.py
     "pipeline.bubble_ms", "pipeline.bubble_fraction", "pipeline.bubble_fraction_theory",
     "pipeline.warmup_cooldown_ms", "pipeline.steady_stall_ms",
     "host.idle_fraction", "host.launch_bound_ms", "host.sync_ms", "host.gc_ms", "host.data_ms", "host.other_ms",

@@ -17,17 +17,31 @@ from typing import Any
 import numpy as np
 
 from perfdoctor.load.labels import rank_mark
-from perfdoctor.model import Run
+from perfdoctor.measure.peers import PeerWaits
+from perfdoctor.model import DeviceSummary, Run, Timeline, TimelineInfo
 
 RANK_METRIC_KEYS = ("ranks.step_time_spread_fraction", "ranks.compute_spread_fraction", "ranks.slowest",
-                    "pipeline.stage_imbalance_fraction")
+                    "pipeline.stage_imbalance_fraction", "pipeline.critical_stage", "ranks.late_ms",
+                    "ranks.late_fraction", "ranks.clock_residual_us")
+# What a straggler's cause part means, for the finding (perfdoctor.measure.peers.CAUSE_PARTS).
+CAUSE_TEXT = {"compute": "more GPU compute", "host.launch_bound": "host gaps: launch-bound (Python/launch overhead)",
+              "host.sync": "host gaps: sync stalls", "host.gc": "host gaps: garbage collection",
+              "host.data": "host gaps: data loading", "host.other": "host gaps of unknown cause",
+              "other_comm": "waiting itself on another group"}
+TOP_EXCESS_KERNELS = 3
+LIKE_SHARE = 0.9
 
 
-def rank_stages(run: Run) -> dict[str, int | None]:
-    """Pipeline stage of every timeline's rank (keys: rank as a string); None where unknown."""
-    marked = max((m.get("world", 0) for tl in run.timelines if (m := rank_mark(tl))), default=None)
+def rank_stages(run: Run) -> tuple[dict[str, int | None], int | None]:
+    """Pipeline stage of every timeline's rank (keys: rank as a string; None where unknown), and the
+    world size when known."""
+    marked = max((m.get("world", 0) for tl in run.timelines if (m := _mark(tl))), default=None)
     world = world_size(run.config, marked or None)
-    return {str(tl.rank): stage_of(tl.rank, run.config, world) for tl in run.timelines}
+    return {str(tl.rank): stage_of(tl.rank, run.config, world) for tl in run.timelines}, world
+
+
+def _mark(tl: Timeline | TimelineInfo) -> dict[str, int] | None:
+    return tl.rank_mark if isinstance(tl, TimelineInfo) else rank_mark(tl)
 
 
 def stage_of(rank: int, config: dict[str, Any], world: int | None) -> int | None:
@@ -82,4 +96,58 @@ def rank_metrics(per_rank: dict[str, dict[str, Any]], stages: dict[str, int | No
         per_stage = np.array([np.median(list(m.values())) for m in by_stage.values()])
         if per_stage.max() > 0:
             out["pipeline.stage_imbalance_fraction"] = float((per_stage.max() - per_stage.min()) / per_stage.max())
+            # the stage with the most compute per step bounds the step: every other stage waits for it
+            out["pipeline.critical_stage"] = list(by_stage)[int(np.argmax(per_stage))]
     return out
+
+
+def stage_evidence(stage: int | None, metrics: dict[str, Any], critical: int | None) -> dict[str, Any]:
+    """Per device of a pipeline run: its stage, its bubble against the schedule's theory, and whether it
+    is the critical stage (the one the step waits for)."""
+    bubble, theory = metrics.get("pipeline.bubble_fraction"), metrics.get("pipeline.bubble_fraction_theory")
+    return {"stage": stage, "bubble_fraction": bubble, "bubble_fraction_theory": theory,
+            "bubble_above_theory": None if bubble is None or theory is None else bubble - theory,
+            "critical": critical is not None and stage == critical}
+
+
+def peer_metrics(waits: PeerWaits, per_rank: dict[str, dict[str, Any]],
+                 devices: list[DeviceSummary]) -> dict[str, Any]:
+    """Run-level ``ranks.*`` from matched collectives (DESIGN §3 "Straggler"): the straggler, the
+    others' wait it causes per step (and as a share of the step), the clock residual; and the
+    straggler's evidence on its device (cause, kernels it spends more time in, its longest CUDA call).
+    Empty when nothing was matched: ``rank_metrics``' most-compute fallback then stands."""
+    out: dict[str, Any] = {}
+    if waits.clock_residual_us is not None:
+        out["ranks.clock_residual_us"] = waits.clock_residual_us
+    s = waits.straggler
+    if s is None:
+        return out
+    step = (per_rank.get(str(s.rank)) or {}).get("step.time_ms")
+    late = min(s.late_ms, step) if step else s.late_ms  # the others cannot wait longer than a step
+    out.update({"ranks.slowest": s.rank, "ranks.late_ms": late,
+                "ranks.late_fraction": late / step if step else None})
+    by_rank = {d.rank: d for d in devices}
+    if s.rank in by_rank:
+        others = [d for d in devices if d.rank != s.rank]
+        by_rank[s.rank].evidence["straggler"] = {
+            "rank": s.rank, "late_ms": round(late, 3), "group": s.group, "cause": CAUSE_TEXT[s.cause],
+            "excess_ms_per_step": s.excess_ms, "host_call": s.host_call, "waits_on": s.waits_on,
+            "kernels": excess_kernels(by_rank[s.rank], others),
+            # ranks that hold the others back as much (a slow pipeline stage is all of its ranks)
+            "like_ranks": sorted(int(r) for r, ms in waits.late_ms.items()
+                                 if ms is not None and int(r) != s.rank and ms >= LIKE_SHARE * s.late_ms),
+        }
+    return out
+
+
+def excess_kernels(rank: DeviceSummary, others: list[DeviceSummary]) -> list[dict[str, Any]]:
+    """Kernels on which ``rank`` spends the most ms per step more than the median of ``others``."""
+    def per_step(d: DeviceSummary) -> dict[str, float]:
+        steps = max(len(d.step_ns), 1)
+        return {k["name"]: k["ns"] / steps / 1e6 for k in d.top_kernels}
+
+    mine, theirs = per_step(rank), [per_step(d) for d in others]
+    excess = {name: ms - float(np.median([t.get(name, 0.0) for t in theirs])) for name, ms in mine.items()} \
+        if theirs else {}
+    top = sorted(((ms, name) for name, ms in excess.items() if ms > 0), reverse=True)[:TOP_EXCESS_KERNELS]
+    return [{"name": name, "excess_ms_per_step": round(ms, 3)} for ms, name in top]

@@ -16,8 +16,10 @@ from functools import lru_cache
 from typing import Any
 
 import jinja2
+import numpy as np
 
 from perfdoctor.model import Report
+from perfdoctor.render import scale
 from perfdoctor.render import summary as sm
 from perfdoctor.render.snippets import knob_snippets
 
@@ -30,6 +32,8 @@ PART_COLORS = {"compute": "#4C78A8", "exposed DP": "#E45756", "exposed TP": "#F5
                "exposed PP": "#9467BD", "exposed EP": "#8C564B", "exposed OTHER": "#FF9DA6",
                "exposed comm (unlabelled)": "#D62728", "device idle": "#BAB0AC", "other": "#DDDDDD"}
 MAX_TIMELINES = 8  # excerpts drawn; more ranks are listed, not drawn
+TOP_RANKS = 16  # bars and tables of a run of many ranks show the ranks furthest from the median
+HEATMAP_MAX_PX = 900  # a heatmap of 1,024 ranks stays one screen tall (hover names the rank)
 PLOTLY_CDN = "https://cdn.plot.ly/plotly-{version}.min.js"
 
 
@@ -46,10 +50,14 @@ def render_html(report: Report, plotly_js: str = "inline") -> str:
         figures.append((fig_id, fig))
         return fig_id
 
-    rank_keys = sm.ranks(report)
+    all_keys = sm.ranks(report)
+    # A run of many ranks: bars, tables and evidence for the ranks that stand out; heatmaps for all.
+    rank_keys = [r for r, _ in scale.outliers(report, TOP_RANKS)] if scale.many(report) else all_keys
+    shown = set(rank_keys)
     all_m = report.metrics.get("all", {})
     context = {
         "title": _title(report),
+        "ranks_omitted": len(all_keys) - len(rank_keys),
         "report": report,
         "all": all_m,
         "headline": _headline(all_m),
@@ -58,17 +66,22 @@ def render_html(report: Report, plotly_js: str = "inline") -> str:
         "timelines": [{"label": _device_label(report, i), "fig": figure(_timeline_figure(ex)), "excerpt": ex}
                       for i, ex in enumerate(report.excerpts) if ex is not None][:MAX_TIMELINES],
         "timelines_omitted": max(0, sum(ex is not None for ex in report.excerpts) - MAX_TIMELINES),
-        "comm_rows": _comm_rows(report),
-        "comm_evidence": sm.evidence(report, "comm"),
+        "comm_rows": _comm_rows(report, rank_keys),
+        "comm_evidence": [(r, e) for r, e in sm.evidence(report, "comm") if str(r) in shown],
         "pipeline_fig": figure(_pipeline_figure(report, rank_keys)),
         "host_fig": figure(_host_figure(report, rank_keys)),
         "ln_rows": _ln_rows(report, rank_keys),
-        "ln_evidence": sm.evidence(report, "ln"),
+        "ln_evidence": [(r, e) for r, e in sm.evidence(report, "ln") if str(r) in shown],
         "mix_fig": figure(_mix_figure(report)),
         "top_kernels": _top_kernels(report),
         "memory_rows": _memory_rows(report, rank_keys),
         "memory_fig": figure(_memory_figure(report)),
-        "heatmap_fig": figure(_heatmap_figure(report, rank_keys)) if len(rank_keys) > 1 else None,
+        "heatmap_fig": figure(_heatmap_figure(report, all_keys)) if len(all_keys) > 1 else None,
+        "steps_fig": figure(_steps_figure(report, all_keys)) if len(all_keys) > 1 else None,
+        "rank_groups": [(name, scale.metric_rows(report, ranks)) for name, ranks in scale.stage_groups(report).items()]
+        if scale.many(report) else [],
+        "rank_columns": [label for _, label, _ in sm.RANK_METRICS],
+        "traces_shown": report.run.traces[:scale.MANY_RANKS] if scale.many(report) else report.run.traces,
         "fmt": sm.fmt,
         "framework": report.run.framework,
         "knobs_heading": sm.knobs_heading,
@@ -129,8 +142,7 @@ def _esc(text: Any) -> str:
 
 
 def _title(report: Report) -> str:
-    names = [t.path.name for t in report.run.traces]
-    return names[0] if len(names) == 1 else f"{len(names)} traces" if names else "no input"
+    return scale.run_name(report)
 
 
 def _device_label(report: Report, i: int) -> str:
@@ -224,9 +236,9 @@ def _timeline_figure(ex: Any) -> dict[str, Any]:
         "legend": {"tracegroupgap": 12}, "bargap": 0.1}}
 
 
-def _comm_rows(report: Report) -> list[dict[str, Any]]:
+def _comm_rows(report: Report, rank_keys: list[str]) -> list[dict[str, Any]]:
     rows = []
-    for r in sm.ranks(report):
+    for r in rank_keys:
         m = report.metrics["ranks"][r]
         groups = next((d.groups for d in report.devices if str(d.rank) == r), {})
         for g in sm.GROUPS:
@@ -329,7 +341,8 @@ def _memory_figure(report: Report) -> dict[str, Any] | None:
 
 
 def _heatmap_figure(report: Report, rank_keys: list[str]) -> dict[str, Any] | None:
-    """Ranks × metrics; colour = deviation from the median over ranks, text = the value."""
+    """Ranks × metrics; colour = how much worse (red) or better (blue) than the median rank, text = the
+    value (left out at many ranks, where the cells are too small to read)."""
     ms = report.metrics["ranks"]
     cols = [(k, label, unit) for k, label, unit in sm.RANK_METRICS if any(ms[r].get(k) is not None for r in rank_keys)]
     if not cols:
@@ -338,17 +351,43 @@ def _heatmap_figure(report: Report, rank_keys: list[str]) -> dict[str, Any] | No
     for r in rank_keys:
         z_row, t_row = [], []
         for k, _, unit in cols:
-            v = ms[r].get(k)
-            med = report.metrics["all"].get(k)
-            z_row.append(None if v is None or not med else round((v - med) / abs(med), 4))
-            t_row.append(sm.fmt(v, unit))
+            dev = scale.deviation(report, r, k)
+            z_row.append(None if dev is None else round(dev, 4))
+            t_row.append(sm.fmt(ms[r].get(k), unit))
         z.append(z_row)
         text.append(t_row)
-    return {"data": [{"type": "heatmap", "z": z, "text": text, "texttemplate": "%{text}", "x": [c[1] for c in cols],
-                      "y": [f"rank {r}" for r in rank_keys], "colorscale": "RdBu", "reversescale": True,
-                      "zmid": 0, "colorbar": {"title": {"text": "vs median"}, "tickformat": ".0%"},
-                      "hovertemplate": "%{y} · %{x}: %{text}<extra></extra>"}],
-            "layout": {"title": {"text": "per-rank metrics (colour: deviation from the median rank)",
+    many = scale.many(report)
+    trace = {"type": "heatmap", "z": z, "text": text, "x": [c[1] for c in cols],
+             "y": [f"rank {r}" for r in rank_keys], "colorscale": "RdBu", "reversescale": True,
+             "zmid": 0, "colorbar": {"title": {"text": "worse ↑ vs median"}, "tickformat": ".0%"},
+             "hovertemplate": "%{y} · %{x}: %{text}<extra></extra>"}
+    if not many:
+        trace["texttemplate"] = "%{text}"
+    return {"data": [trace],
+            "layout": {"title": {"text": "per-rank metrics (red: worse than the median rank, blue: better)",
                                  "font": {"size": 14}},
-                       "height": max(240, 80 + 26 * len(rank_keys)), "margin": {"l": 80, "r": 20, "t": 40, "b": 60},
-                       "yaxis": {"autorange": "reversed"}}}
+                       "height": min(HEATMAP_MAX_PX, max(240, 80 + 26 * len(rank_keys))),
+                       "margin": {"l": 80, "r": 20, "t": 40, "b": 60}, "yaxis": {"autorange": "reversed"}}}
+
+
+def _steps_figure(report: Report, rank_keys: list[str]) -> dict[str, Any] | None:
+    """Ranks × steps of step time; colour = slower (red) or faster (blue) than the median rank in that step."""
+    series = [report.series.get(r, {}).get("step.time_ms") or [] for r in rank_keys]
+    steps = max((len(s) for s in series), default=0)
+    if steps < 2:
+        return None
+    grid = np.full((len(rank_keys), steps), np.nan)
+    for i, s in enumerate(series):
+        grid[i, :len(s)] = s
+    median = np.nanmedian(grid, axis=0)
+    dev = (grid - median) / np.where(median > 0, median, np.nan)
+    z = [[None if np.isnan(v) else round(float(v), 4) for v in row] for row in dev]
+    text = [[None if np.isnan(v) else f"{v:.1f} ms" for v in row] for row in grid]
+    return {"data": [{"type": "heatmap", "z": z, "text": text, "x": [f"step {i}" for i in range(steps)],
+                      "y": [f"rank {r}" for r in rank_keys], "colorscale": "RdBu", "reversescale": True, "zmid": 0,
+                      "colorbar": {"title": {"text": "slower ↑ vs median"}, "tickformat": ".0%"},
+                      "hovertemplate": "%{y} · %{x}: %{text}<extra></extra>"}],
+            "layout": {"title": {"text": "step time per rank and step (red: slower than the median rank in that "
+                                         "step, blue: faster)", "font": {"size": 14}},
+                       "height": min(HEATMAP_MAX_PX, max(240, 80 + 20 * len(rank_keys))),
+                       "margin": {"l": 80, "r": 20, "t": 40, "b": 60}, "yaxis": {"autorange": "reversed"}}}

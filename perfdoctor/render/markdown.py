@@ -10,6 +10,7 @@ code block fenced longer than any backtick run it contains.
 from __future__ import annotations
 
 from perfdoctor.model import Report
+from perfdoctor.render import scale
 from perfdoctor.render import summary as sm
 from perfdoctor.render.escape import code_block, code_span, md
 from perfdoctor.render.snippets import knob_snippets
@@ -29,8 +30,7 @@ def render_markdown(report: Report, title: str | None = None) -> str:
 
 def _render(report: Report, title: str | None, top_kernels: int, per_rank: bool) -> str:
     all_m = report.metrics.get("all", {})
-    names = ", ".join(md(t.path.name) for t in report.run.traces) or "no input"
-    out = [f"## perfdoctor · {md(title) if title else names}", ""]
+    out = [f"## perfdoctor · {md(title or scale.run_name(report))}", ""]
     out.append(f"**step time {sm.fmt(all_m.get('step.time_ms'), 'ms')}** (median over steps, p90 "
                f"{sm.fmt(all_m.get('step.time_p90_ms'), 'ms')}) · MFU {sm.fmt(all_m.get('mfu'), '%')} · "
                f"GPU busy {sm.fmt(all_m.get('gpu.busy_fraction'), '%')} · exposed comm "
@@ -47,7 +47,9 @@ def _render(report: Report, title: str | None, top_kernels: int, per_rank: bool)
         out += _details(f"Warnings ({len(report.warnings)})", [f"- {md(w)}" for w in report.warnings])
     inputs = [f"- {code_span(t.path)} · " + (md(t.producer) if t.format != "nsys-sqlite" else
               f"nsys {md(t.nsys_version or '?')} · export schema {md(t.schema_version or '?')}")
-              for t in report.run.traces]
+              for t in report.run.traces[:scale.MANY_RANKS]]
+    if len(report.run.traces) > scale.MANY_RANKS:
+        inputs.append(f"- … and {len(report.run.traces) - scale.MANY_RANKS} more traces")
     out += _details("Inputs", inputs)
     out.append(f"<sub>perfdoctor {md(report.tool_version)}</sub>")
     return "\n".join(out) + "\n"
@@ -104,8 +106,21 @@ def _details(summary: str, body: list[str]) -> list[str]:
     return ["<details>", f"<summary>{summary}</summary>", "", *body, "", "</details>", ""]
 
 
+def _shown_ranks(report: Report) -> list[str]:
+    """Every rank, or for a run of many ranks the ones that stand out (render/scale.py)."""
+    if not scale.many(report):
+        return sm.ranks(report)
+    return [r for r, _ in scale.outliers(report, scale.MANY_RANKS)]
+
+
+def _left_out(report: Report) -> list[str]:
+    hidden = len(report.metrics.get("ranks", {})) - len(_shown_ranks(report))
+    return ["", f"_{hidden} ranks within the spread of these are not listed (all of them: --format json)._"] \
+        if hidden > 0 else []
+
+
 def _breakdown(report: Report) -> list[str]:
-    rows = {r: dict(sm.breakdown(report.metrics["ranks"][r])) for r in sm.ranks(report)}
+    rows = {r: dict(sm.breakdown(report.metrics["ranks"][r])) for r in _shown_ranks(report)}
     parts = [p for p in ("compute", *(f"exposed {g.upper()}" for g in sm.GROUPS), "exposed comm (unlabelled)",
                          "device idle", "other") if any(p in row for row in rows.values())]
     if not parts:
@@ -115,12 +130,12 @@ def _breakdown(report: Report) -> list[str]:
         step = report.metrics["ranks"][r].get("step.time_ms")
         out.append(f"| {md(r)} | {sm.fmt(step, 'ms')} | " +
                    " | ".join(sm.fmt(row.get(p), "ms") if p in row else "–" for p in parts) + " |")
-    return out
+    return out + _left_out(report)
 
 
 def _comm(report: Report, per_rank: bool) -> list[str]:
     out = ["| rank | group | comm ms/step | exposed ms/step | exposed % of step |", "|---:|---|---:|---:|---:|"]
-    keys = sm.ranks(report) if per_rank else ["all"]
+    keys = _shown_ranks(report) if per_rank else ["all"]
     for r in keys:
         m = report.metrics["all"] if r == "all" else report.metrics["ranks"][r]
         for g in sm.GROUPS:
@@ -135,7 +150,7 @@ def _host(report: Report, per_rank: bool) -> list[str]:
     labels = [label for _, label in sm.HOST_CAUSES]
     out = ["| rank | device idle % | " + " | ".join(labels) + " | LN blocked/step | LN delay |",
            "|---:|---:|" + "---:|" * (len(labels) + 2)]
-    keys = sm.ranks(report) if per_rank else ["all"]
+    keys = _shown_ranks(report) if per_rank else ["all"]
     for r in keys:
         m = report.metrics["all"] if r == "all" else report.metrics["ranks"][r]
         cells = [sm.fmt(m.get(f"host.{c}_ms"), "ms") for c, _ in sm.HOST_CAUSES]

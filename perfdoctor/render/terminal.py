@@ -12,16 +12,21 @@ from contextlib import contextmanager
 from rich.console import Console, Group
 from rich.markup import escape
 from rich.panel import Panel
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                           TimeRemainingColumn)
 from rich.table import Table
 from rich.text import Text
 
 from perfdoctor.model import DeviceSummary, Report
+from perfdoctor.render import scale
 from perfdoctor.render import summary as sm
 from perfdoctor.render.escape import safe_console
 from perfdoctor.render.snippets import knob_snippets
 
 NS_PER_MS = 1e6
+# A run of many ranks shows this many outlier ranks and this many warnings (JSON keeps everything).
+OUTLIERS_SHOWN = 16
+WARNINGS_SHOWN = 10
 
 
 @contextmanager
@@ -30,9 +35,10 @@ def analysis_progress(console: Console | None = None) -> Iterator[Callable[[int,
     is not a terminal, so logs and CI output stay clean. rich honours ``NO_COLOR`` and the width."""
     console = console or safe_console(stderr=True)
     if not console.is_terminal:
-        yield None
+        yield _every_tenth(console)
         return
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+               TimeRemainingColumn())
     with Progress(*columns, console=console, transient=True) as bar:
         task = bar.add_task("loading traces", total=None)
 
@@ -42,20 +48,84 @@ def analysis_progress(console: Console | None = None) -> Iterator[Callable[[int,
         yield update
 
 
+def _every_tenth(console: Console) -> Callable[[int, int, str], None]:
+    """Progress for logs: one line each time another 10 % of the tasks is done (only for runs of
+    10 tasks or more, so a single trace prints nothing)."""
+    shown = [0]
+
+    def update(done: int, total: int, what: str) -> None:
+        if total >= 10 and done * 10 // total > shown[0]:
+            shown[0] = done * 10 // total
+            console.print(f"perfdoctor: {what} ({shown[0] * 10} %)", highlight=False, soft_wrap=True)
+
+    return update
+
+
 def render_terminal(report: Report, console: Console) -> None:
+    if scale.many(report):
+        _render_many(report, console)
+        return
     for info in report.run.traces:
         console.print(Text.assemble(("trace ", "bold"), str(info.path),
                                     f"  ({info.producer}, {info.counts.get('kernels', 0):,} kernels)"))
     for dev in report.devices:
         console.print(_device_block(dev, report.metrics["ranks"].get(str(dev.rank), {})))
     if report.findings:
-        console.print(Text(f"framework: {report.run.framework.get('name')} ({report.run.framework.get('source')})",
-                           style="dim"))
-        console.print(findings_panel(report.findings, report.run.framework, sm.total_impact_ms(report)))
-    if report.warnings:
-        console.print(Text("warnings", style="bold yellow"))
-        for w in report.warnings:
-            console.print(Text(f"  ! {w}", style="yellow"))
+        _findings(report, console)
+    _warnings(report.warnings, console)
+
+
+def _render_many(report: Report, console: Console) -> None:
+    """A run of many ranks: the run in one paragraph, the findings, then only the ranks that stand out."""
+    producers = sorted({t.producer.split(",")[0] for t in report.run.traces})
+    kernels = sum(t.counts.get("kernels", 0) for t in report.run.traces)
+    all_m = report.metrics.get("all", {})
+    console.print(Text.assemble(("run ", "bold"), scale.run_name(report),
+                                f"  ({'; '.join(producers)}, {kernels:,} kernels; step "
+                                f"{_ms(all_m.get('step.time_ms'))} median over ranks)"))
+    if report.findings:
+        _findings(report, console)
+    shown = scale.outliers(report, OUTLIERS_SHOWN)
+    table = Table(title=f"ranks that stand out ({len(shown)} of {len(report.devices)}; the others are within "
+                  "the spread of these)", title_justify="left", title_style="bold")
+    for column in ("rank", "why", "step", "GPU busy", "exposed comm", "device idle"):
+        table.add_column(column, justify="left" if column == "why" else "right")
+    for rank, why in shown:
+        m = report.metrics["ranks"].get(rank, {})
+        table.add_row(rank, why, _ms(m.get("step.time_ms")), _share(m.get("gpu.busy_fraction")),
+                      _share(m.get("comm.exposed_fraction")), _share(m.get("host.idle_fraction")))
+    console.print(table)
+    by_rank = {str(d.rank): d for d in report.devices}
+    if shown and shown[0][0] in by_rank:  # the first outlier in full: where its time goes
+        rank, why = shown[0]
+        console.print(Text(f"rank {rank}: {why}", style="bold"))
+        console.print(_device_block(by_rank[rank], report.metrics["ranks"].get(rank, {})))
+    _warnings(report.warnings, console)
+
+
+def _findings(report: Report, console: Console) -> None:
+    console.print(Text(f"framework: {report.run.framework.get('name')} ({report.run.framework.get('source')})",
+                       style="dim"))
+    console.print(findings_panel(report.findings, report.run.framework, sm.total_impact_ms(report)))
+
+
+def _warnings(warnings: list[str], console: Console) -> None:
+    if not warnings:
+        return
+    console.print(Text("warnings", style="bold yellow"))
+    for w in warnings[:WARNINGS_SHOWN]:
+        console.print(Text(f"  ! {w}", style="yellow"))
+    if len(warnings) > WARNINGS_SHOWN:
+        console.print(Text(f"  ! … and {len(warnings) - WARNINGS_SHOWN} more (all of them in --format json)",
+                           style="yellow"))
+
+
+def _ms(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.1f} ms"
+
+
+def _share(value: float | None) -> str:
+    return "n/a" if value is None else f"{value * 100:.1f} %"
 
 
 def _device_block(dev: DeviceSummary, metrics: dict) -> Panel:

@@ -17,7 +17,8 @@ from typing import Any
 from perfdoctor.errors import InputError
 from perfdoctor.synth.kineto_writer import write_kineto
 from perfdoctor.synth.scenario import Scenario, load_scenario, scenario_from_dict
-from perfdoctor.synth.simulate import config_mark, simulate
+from perfdoctor.synth.simulate import StageResult, config_mark, simulate
+from perfdoctor.synth.straggler import wait_truth
 from perfdoctor.synth.truth import rank_truth
 from perfdoctor.synth.window import cut_window
 from perfdoctor.synth.writer import SCHEMAS, SESSION_UTC_NS, ProcessOut, write_trace
@@ -61,6 +62,20 @@ def _env(sc: Scenario, rank: int | None, local: int | None) -> dict[str, str]:
     return env
 
 
+def _timeline_of(sc: Scenario, stages: list[StageResult], rank: int) -> StageResult:
+    """The simulated timeline a rank shows: its stage's, or its own when it is the planted straggler."""
+    res = stages[sc.stage_of(rank)]
+    return res.straggler if res.straggler is not None and rank == sc.straggler["rank"] else res
+
+
+def _wait_truth(sc: Scenario, stages: list[StageResult], table: Any, rank: int, offset: int) -> dict[str, Any]:
+    """With a planted straggler, per step the exposed DP comm split into wait and transfer."""
+    res = _timeline_of(sc, stages, rank)
+    if res.dp_last is None:
+        return {}
+    return {"dp_waits": wait_truth(res.recorder, table, res.dp_last, res.step_bounds, offset)}
+
+
 def run_scenario(
     scenario: str | Path | dict[str, Any] | Scenario,
     out_dir: Path,
@@ -96,7 +111,7 @@ def run_scenario(
         procs = []
         for rank in ranks:
             local = rank % gpn
-            res = stages[sc.stage_of(rank)]
+            res = _timeline_of(sc, stages, rank)
             mark = f"rank r={rank} local={local} world={sc.world_size}" if sc.labels["perfdoctor"] else None
             procs.append(ProcessOut(rank, local, 3000 + 211 * local + 17 * (node % 50), res.recorder, mark))
         if per_node:
@@ -141,11 +156,14 @@ def run_scenario(
                     "stage": sc.stage_of(p.rank),
                     "pid": p.pid,
                     "device_id": p.local_rank,
-                    **rank_truth(sc, p.recorder, table, stages[sc.stage_of(p.rank)].step_bounds, offset),
+                    **rank_truth(sc, p.recorder, table, _timeline_of(sc, stages, p.rank).step_bounds, offset),
+                    **_wait_truth(sc, stages, table, p.rank, offset),
                 }
                 for p in procs
             },
         }
+        if sc.straggler["rank"] is not None:
+            truth["straggler"] = dict(sc.straggler)
         (out_dir / f"{sc.name}.{key}.truth.json").write_text(json.dumps(truth, indent=1, sort_keys=True) + "\n")
         written.append(path)
     return written

@@ -116,6 +116,15 @@ _SPEC: dict[str, dict[str, tuple[type | tuple[type, ...], Any, tuple[Any, ...] |
         "window_ms": ((int, float), 0, None),
         "window_start_ms": ((int, float), 0, None),
     },
+    # A planted straggler (perfdoctor.synth.straggler): `rank` (none: no straggler) has GEMMs `gemm_slowdown` slower
+    # (0.18: 18 %) and/or host Python cost `python_us` per launch (0: the host section's); `whole_stage`:
+    # every rank of its pipeline stage is slow (a slow PP stage) instead of that rank alone.
+    "straggler": {
+        "rank": (int, None, None),
+        "gemm_slowdown": ((int, float), 0.0, None),
+        "python_us": ((int, float), 0.0, None),
+        "whole_stage": (bool, False, None),
+    },
     "run": {
         "steps": (int, 3, None),
         "noise": ((int, float), 0.03, None),
@@ -167,6 +176,7 @@ class Scenario:
     kernels: dict[str, Any]
     labels: dict[str, Any]
     output: dict[str, Any]
+    straggler: dict[str, Any]
     run: dict[str, Any]
 
     @property
@@ -306,6 +316,12 @@ def _check_consistency(s: Scenario) -> None:
             raise _fail("output.ranks", f"must list ranks in [0, {s.world_size})")
         if len(set(ranks)) != len(ranks):
             raise _fail("output.ranks", "lists a rank twice")
+    st = s.straggler
+    if st["rank"] is not None and st["rank"] >= s.world_size:
+        raise _fail("straggler.rank", f"must be a rank in [0, {s.world_size})")
+    if st["rank"] is not None and not st["whole_stage"] and (p["pp"] > 1 or s.comm["overlap_grad_reduce"]):
+        raise _fail("straggler.rank", "a single slow rank needs pp: 1 and comm.overlap_grad_reduce: false "
+                    "(the data-parallel rendezvous is modelled where the step waits for it)")
     if s.gpu["gpus_per_node"] < 1:
         raise _fail("gpu.gpus_per_node", "must be at least 1")
     if s.nccl_payload:

@@ -8,7 +8,7 @@ finishes; a schedule that could not would raise instead of hanging.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -18,6 +18,7 @@ from perfdoctor.synth.kernels import API_CU_LAUNCH_EX, API_LAUNCH, API_LAUNCH_CO
 from perfdoctor.synth.program import StageProgram
 from perfdoctor.synth.recorder import API_GRAPH_LAUNCH, API_MEMCPY, API_MEMSET, HostCost, RankRecorder
 from perfdoctor.synth.scenario import Scenario
+from perfdoctor.synth.straggler import rendezvous
 
 
 @dataclass
@@ -27,6 +28,10 @@ class StageResult:
     stage: int
     recorder: RankRecorder
     step_bounds: list[int]
+    # A planted straggler (synth/straggler.py): its own timeline, and per timeline of the stage the last
+    # arrival of each DP collective (the truth of who waited how long)
+    straggler: StageResult | None = None
+    dp_last: np.ndarray | None = None
 
 
 def config_mark(sc: Scenario, gpu: GpuModel) -> dict[str, Any]:
@@ -81,20 +86,14 @@ def simulate(sc: Scenario, seed: int) -> tuple[list[StageResult], KernelTable, G
     mailbox: dict[tuple, int] = {}
     programs, gens, recs = [], [], []
     mark = config_mark(sc, gpu)
+    st = sc.straggler
+    slow_stage = sc.stage_of(st["rank"]) if st["rank"] is not None and st["whole_stage"] else None
     for stage in range(sc.parallel["pp"]):
-        rng = np.random.default_rng([seed, stage])
-        rec = RankRecorder(
-            rank=sc.rank_of(stage),
-            table=table,
-            cost=cost,
-            rng=rng,
-            sm_margin=sc.comm["layernorm_sm_margin"],
-            compute_stream=sc.kernels["stream_base"],
-        )
-        rec.host = 1_500_000_000 + int(rng.integers(0, 5_000_000))
-        prog = StageProgram(sc, gpu, stage, rec, mailbox, rng)
+        slow = stage == slow_stage
+        prog = _program(sc, stage, table, _slow_cost(cost, st) if slow else cost, _slow_gpu(gpu, st) if slow else gpu,
+                        mailbox, seed)
         programs.append(prog)
-        recs.append(rec)
+        recs.append(prog.rec)
         gens.append(prog.run(mark))
     waiting: list[list[tuple] | None] = [None] * len(gens)
     started = [False] * len(gens)
@@ -119,4 +118,44 @@ def simulate(sc: Scenario, seed: int) -> tuple[list[StageResult], KernelTable, G
                     break
         if active and not progressed:
             raise RuntimeError("pipeline schedule deadlocked: no stage can make progress")
-    return [StageResult(i, recs[i], programs[i].step_starts) for i in range(len(gens))], table, gpu
+    results = [StageResult(i, recs[i], programs[i].step_starts) for i in range(len(gens))]
+    if st["rank"] is not None and not st["whole_stage"]:
+        _plant_straggler(sc, results[0], table, cost, gpu, mark, seed)
+    return results, table, gpu
+
+
+def _program(sc: Scenario, stage: int, table: KernelTable, cost: HostCost, gpu: GpuModel,
+             mailbox: dict[tuple, int], seed: int) -> StageProgram:
+    rng = np.random.default_rng([seed, stage])
+    rec = RankRecorder(
+        rank=sc.rank_of(stage),
+        table=table,
+        cost=cost,
+        rng=rng,
+        sm_margin=sc.comm["layernorm_sm_margin"],
+        compute_stream=sc.kernels["stream_base"],
+    )
+    rec.host = 1_500_000_000 + int(rng.integers(0, 5_000_000))
+    return StageProgram(sc, gpu, stage, rec, mailbox, rng)
+
+
+def _slow_gpu(gpu: GpuModel, st: dict[str, Any]) -> GpuModel:
+    return replace(gpu, gemm_efficiency=gpu.gemm_efficiency / (1.0 + float(st["gemm_slowdown"])))
+
+
+def _slow_cost(cost: HostCost, st: dict[str, Any]) -> HostCost:
+    return replace(cost, python_ns=float(st["python_us"]) * 1e3) if st["python_us"] else cost
+
+
+def _plant_straggler(sc: Scenario, normal: StageResult, table: KernelTable, cost: HostCost, gpu: GpuModel,
+                     mark: dict[str, Any], seed: int) -> None:
+    """Simulate the straggler rank's own timeline (same noise, slower GEMMs or host; pp is 1, so it
+    exchanges nothing with other stages), then make both wait at their DP collectives."""
+    st = sc.straggler
+    prog = _program(sc, 0, table, _slow_cost(cost, st), _slow_gpu(gpu, st), {}, seed)
+    for _ in prog.run(mark):
+        raise RuntimeError("a stage without pipeline peers waited on one")
+    slow = StageResult(0, prog.rec, prog.step_starts)
+    normal.dp_last, slow.dp_last = rendezvous([normal.recorder, slow.recorder],
+                                              [normal.step_bounds, slow.step_bounds], table)
+    normal.straggler = slow

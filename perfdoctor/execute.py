@@ -1,0 +1,101 @@
+"""Run one task function over many inputs: in this process, in a process pool, or on a Dask cluster.
+
+DESIGN §1 "Execution": the unit of work is one input file (one rank, or the ranks of one node), and
+only small per-rank summaries come back, so peak memory is one file per worker whatever the executor.
+Results come back in input order, so the report does not depend on which worker finished first.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import multiprocessing.context
+import os
+import sys
+from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from typing import Any, TypeVar
+
+from perfdoctor.errors import InputError
+
+T = TypeVar("T")
+R = TypeVar("R")
+Progress = Callable[[int, int, str], None]
+
+
+def default_jobs() -> int:
+    """The cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def run_tasks(fn: Callable[[T], R], tasks: Sequence[T], jobs: int | None = None, dask: str | None = None,
+              progress: Progress | None = None, what: str = "ranks") -> list[R]:
+    """``[fn(t) for t in tasks]``, run by ``jobs`` processes (default: the cores) or on the Dask cluster
+    ``dask`` ("local" starts a LocalCluster of ``jobs`` single-threaded workers; else a scheduler address).
+    ``progress(done, total, what)`` is called as tasks finish. A task's exception is raised here."""
+    jobs = jobs or default_jobs()
+    if jobs < 1:
+        raise InputError(f"--jobs must be at least 1, not {jobs}")
+    total = len(tasks)
+
+    def report(done: int) -> None:
+        if progress is not None:
+            progress(done, total, f"{done}/{total} {what} analysed")
+
+    report(0)
+    if dask is not None:
+        return _on_dask(fn, tasks, jobs, dask, report)
+    if jobs == 1 or total <= 1:
+        results = []
+        for task in tasks:
+            results.append(fn(task))
+            report(len(results))
+        return results
+    results: list[Any] = [None] * total
+    with ProcessPoolExecutor(max_workers=min(jobs, total), mp_context=_context()) as pool:
+        futures = {pool.submit(fn, task): i for i, task in enumerate(tasks)}
+        for done, future in enumerate(as_completed(futures), 1):
+            results[futures[future]] = future.result()
+            report(done)
+    return results
+
+
+def _context() -> multiprocessing.context.BaseContext:
+    """Workers forked from a clean server process that has imported the pipeline once: cheap to start,
+    and safe where forking this process is not (threads of a progress bar, a test runner, Dask)."""
+    if "forkserver" not in multiprocessing.get_all_start_methods():
+        return multiprocessing.get_context("spawn")
+    main = getattr(sys.modules.get("__main__"), "__file__", None)
+    if main is not None and not os.path.exists(main):  # `python -` (<stdin>): a server could not re-import it
+        return multiprocessing.get_context("fork")
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(["perfdoctor.api"])
+    return ctx
+
+
+def _on_dask(fn: Callable[[T], R], tasks: Sequence[T], jobs: int, address: str,
+             report: Callable[[int], None]) -> list[R]:
+    try:
+        from distributed import Client, LocalCluster, as_completed as dask_completed
+    except ImportError:
+        raise InputError("--dask needs the distributed extra: pip install 'perfdoctor[distributed]'") from None
+    if address == "local":
+        cluster = LocalCluster(n_workers=min(jobs, max(len(tasks), 1)), threads_per_worker=1, processes=True,
+                               dashboard_address=None)
+    elif address.startswith(("tcp://", "tls://", "ucx://")):
+        cluster = None
+    else:
+        raise InputError(f"--dask {address!r}: give `local` or a scheduler address such as tcp://HOST:8786")
+    try:
+        with Client(cluster if cluster is not None else address) as client:
+            futures = client.map(fn, tasks, pure=False)
+            for done, _ in enumerate(dask_completed(futures), 1):
+                report(done)
+            return client.gather(futures)
+    except OSError as exc:
+        raise InputError(f"--dask {address}: cannot reach the scheduler ({exc})") from None
+    finally:
+        if cluster is not None:
+            cluster.close()

@@ -1,0 +1,117 @@
+"""Collective instances of one rank: what the cross-rank analysis needs, and nothing else of the timeline.
+
+Each comm kernel with a group label is one collective instance on this rank: its group, communicator
+(NCCL payload id, 0 when unknown), the stream's place among the group's streams, its sequence number on
+that (group, communicator, stream), its start (the rank *arrives*) and end (DESIGN §3 "Waiting for a
+peer"). Matching across ranks uses (group, communicator, stream place, sequence): NCCL runs the
+collectives of one communicator in the same order on every member, and the same program creates its
+streams in the same order.
+
+So that the straggler's cause can be found without the timeline (DESIGN §3 "Straggler"), each instance
+also carries what this rank did in the interval before it arrived — from the end of its previous
+collective of the same group (or its step start) to its start: GPU compute, device-idle time by host
+cause, comm of other groups — and the rank keeps its long CUDA API calls, so the analysis can name what
+its CPU was doing while the others waited for it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from perfdoctor.classify.communicators import communicators
+from perfdoctor.classify.groups import GROUPS, GroupLabels
+from perfdoctor.measure import intervals as iv
+from perfdoctor.measure.activity import Activity
+from perfdoctor.measure.host import CAUSES, HostGaps
+from perfdoctor.measure.steps import Steps
+from perfdoctor.model import Timeline
+
+# CUDA API calls shorter than this are launch overhead, not "what the CPU was doing" before an arrival.
+LONG_CALL_NS = 100_000
+
+
+@dataclass
+class Collectives:
+    """Per collective instance of one rank (aligned arrays, in start order), plus the rank's steps and,
+    per group, its exposed comm (comm of the group minus compute) — all integer ns on the rank's clock."""
+
+    group: np.ndarray  # int8, index into GROUPS
+    comm: np.ndarray  # uint64 communicator id (0: unknown)
+    stream: np.ndarray  # int16, place of the kernel's stream among the group's streams
+    seq: np.ndarray  # int32, order on (group, comm, stream)
+    start: np.ndarray  # int64
+    end: np.ndarray  # int64
+    bytes: np.ndarray  # int64, −1 unknown
+    before_start: np.ndarray  # int64, start of the interval before the arrival
+    before_compute: np.ndarray  # int64 ns of compute in it
+    before_other_comm: np.ndarray  # int64 ns of other groups' comm in it
+    before_idle: dict[str, np.ndarray]  # cause → int64 ns of host-caused device idle in it
+    long_calls: tuple[np.ndarray, np.ndarray, np.ndarray]  # CUDA API calls ≥ LONG_CALL_NS: start, end, name
+    step_starts: np.ndarray
+    step_ends: np.ndarray
+    session_start_utc_ns: int | None
+    exposed: dict[str, iv.Intervals] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return int(self.start.size)
+
+
+def collectives(tl: Timeline, act: Activity, steps: Steps, groups: GroupLabels, gaps: HostGaps) -> Collectives:
+    """The collective instances of ``tl`` with their context (see the module docstring)."""
+    k = tl.kernels
+    k_start, k_end = k["start"].to_numpy(), k["end"].to_numpy()
+    idx = np.flatnonzero(groups.codes >= 0)  # kernels are sorted by start, so instances are too
+    group = groups.codes[idx].astype(np.int8)
+    comms = communicators(tl, idx)
+    of = comms.of_kernel[idx]
+    comm = np.where(of >= 0, comms.ids[np.maximum(of, 0)] if comms.ids.size else 0, 0).astype(np.uint64)
+    stream_ids = k["stream"].to_numpy()[idx]
+    frame = pd.DataFrame({"g": group, "c": comm, "s": stream_ids})
+    stream_place = frame.groupby(["g", "c"])["s"].rank(method="dense").to_numpy(dtype=np.int16) - 1
+    frame["p"] = stream_place
+    seq = frame.groupby(["g", "c", "p"]).cumcount().to_numpy(dtype=np.int32)
+    start, end = k_start[idx], k_end[idx]
+
+    # The interval before each arrival: from the previous instance of the same group ends (or the step
+    # starts, whichever is later) to this one's start.
+    step_of = np.clip(np.searchsorted(steps.starts, start, side="right") - 1, 0, max(len(steps) - 1, 0))
+    before = steps.starts[step_of] if len(steps) else start.copy()
+    prev_end = np.full(start.size, np.iinfo(np.int64).min, dtype=np.int64)
+    for g in np.unique(group):
+        mine = np.flatnonzero(group == g)
+        prev_end[mine[1:]] = np.maximum.accumulate(end[mine[:-1]])
+    before = np.minimum(np.maximum(before, prev_end), start)
+
+    others = {}
+    exposed = {}
+    for g in np.unique(group):
+        mine = groups.codes == g
+        g_set = iv.union(k_start[mine], k_end[mine])
+        exposed[GROUPS[g]] = iv.subtract(g_set, act.compute)
+        others[g] = iv.subtract(act.comm, g_set)
+    other_comm = np.zeros(start.size, dtype=np.int64)
+    for g, rest in others.items():
+        mine = group == g
+        other_comm[mine] = iv.overlap_per_interval(before[mine], start[mine], rest)
+    idle = {c: iv.overlap_per_interval(before, start, iv.union(*gaps.spans[c])) if c in gaps.spans
+            else np.zeros(start.size, dtype=np.int64) for c in CAUSES}
+    return Collectives(
+        group=group, comm=comm, stream=stream_place, seq=seq, start=start, end=end,
+        bytes=np.full(start.size, -1, dtype=np.int64), before_start=before,
+        before_compute=iv.overlap_per_interval(before, start, act.compute), before_other_comm=other_comm,
+        before_idle=idle, long_calls=_long_calls(tl.api),
+        step_starts=steps.starts, step_ends=steps.ends, session_start_utc_ns=tl.trace.session_start_utc_ns,
+        exposed=exposed,
+    )
+
+
+def _long_calls(api: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The CUDA API calls long enough to be what a late rank's CPU was doing (few: kept whole)."""
+    if not len(api):
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=object)
+    s, e = api["start"].to_numpy(), api["end"].to_numpy()
+    long = np.flatnonzero(e - s >= LONG_CALL_NS)
+    return s[long], e[long], api["name"].to_numpy(dtype=object)[long].astype(str).astype(object)
