@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from perfdoctor.classify.communicators import Communicators, communicators, process_group_communicators
+from perfdoctor.classify.communicators import Communicators, communicators
 from perfdoctor.classify.group_heuristics import AGREEMENT, CANDIDATES, CONFIDENCE, group_sizes, heuristic_groups
 from perfdoctor.classify.projection import NO_RANGE, enclosing_range, kernel_launch_calls
 from perfdoctor.classify.timeline import category_mask, class_mask
@@ -141,8 +141,7 @@ def label_groups(tl: Timeline, kcls: pd.DataFrame, config: dict[str, Any] | None
         source[userbuffers] = SOURCES.index("heuristic")
         confidence[userbuffers] = CONFIDENCE.index("high")  # userbuffers kernels exist only for TP overlap: a fact
         guess, how_sure = heuristic_groups(tl.kernels, kcls, config or {}, group)
-        comms = communicators(tl, comm_idx) if "pg_name" not in tl.kernels.columns else \
-            process_group_communicators(tl.kernels, comm_idx)
+        comms = communicators(tl, comm_idx)
         if comms.ids.size:
             named, sure = _by_communicator(comms, group, guess, tl.kernels, config or {})
             payload = (named >= 0) & (group < 0)
