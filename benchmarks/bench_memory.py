@@ -96,7 +96,9 @@ def main() -> None:
     ap.add_argument("--sites", type=int, default=300)
     ap.add_argument("--depth", type=int, default=6)
     ap.add_argument("--repeat", type=int, default=5, help="pairs (>= 5 for a report)")
-    ap.add_argument("--json", action="store_true", help="print the result as JSON")
+    ap.add_argument("--json", nargs="?", const="-", metavar="FILE",
+                    help="the result as JSON: printed, or with FILE written as a docs/benchmarks.md section "
+                         "(benchmarks/run_all.py)")
     ap.add_argument("--write", metavar="PATH", help=argparse.SUPPRESS)  # internal: only write the snapshot
     args = ap.parse_args()
     if args.write:
@@ -126,8 +128,19 @@ def main() -> None:
         "time_ratio_median": statistics.median(time_ratios),
         "memory_ratio_median": statistics.median(mem_ratios),
     }
-    if args.json:
+    if args.json == "-":
         print(json.dumps(result, indent=2))
+        return
+    if args.json:
+        pd_, pl = result["perfdoctor"], result["pickle_load"]
+        Path(args.json).write_text(json.dumps({
+            "title": "Memory snapshots", "command": "python benchmarks/bench_memory.py",
+            "columns": ["case", "pickle.load", "perfdoctor load+measure", "time ratio", "peak RSS ratio"],
+            "rows": [[result["case"], f"{pl['wall_s']:.2f} s, {pl['peak_bytes'] / MB:,.0f} MiB",
+                      f"{pd_['wall_s']:.2f} s, {pd_['peak_bytes'] / MB:,.0f} MiB",
+                      f"{result['time_ratio_median']:.2f}× (target ≤ 1.5×)",
+                      f"{result['memory_ratio_median']:.2f}× (target ≤ 1.2×)"]],
+            "notes": f"{args.repeat} alternating pairs in fresh processes, medians of per-pair ratios."}))
         return
     print(result["case"] + f", {args.repeat} alternating pairs, medians")
     for name, key in (("pickle.load (unsafe floor)", "pickle"), ("perfdoctor load+measure", "perfdoctor")):

@@ -13,6 +13,7 @@ Run: ``python benchmarks/bench_ranks.py --ranks 64 --kernels 100000 --repeat 5``
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import sqlite3
@@ -97,6 +98,8 @@ def main() -> None:
     ap.add_argument("--kernels", type=int, default=100_000)
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--no-dask", action="store_true")
+    ap.add_argument("--json", type=Path, metavar="FILE",
+                    help="also write the table as a docs/benchmarks.md section (benchmarks/run_all.py)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         t0 = time.perf_counter()
@@ -120,11 +123,20 @@ def main() -> None:
         print(f"\n{args.ranks} ranks × {args.kernels:,} kernels, {os.cpu_count()} cores, medians of {args.repeat}")
         print("| executor | wall s | speed-up vs --jobs 1 | CPU s (process tree) | peak RSS of the process tree MiB |")
         print("|---|---|---|---|---|")
+        rows = []
         for name, runs in results.items():
             wall = statistics.median(r[0] for r in runs)
             rss = statistics.median(r[1] for r in runs) / 2**20
             cpu = statistics.median(r[2] for r in runs)
-            print(f"| {name} | {wall:.1f} | {one / wall:.2f}× | {cpu:.1f} | {rss:.0f} |")
+            rows.append([name, f"{wall:.1f}", f"{one / wall:.2f}×", f"{cpu:.1f}", f"{rss:.0f}"])
+            print(f"| {' | '.join(rows[-1])} |")
+        if args.json:
+            args.json.write_text(json.dumps({
+                "title": "Cross-rank", "command": "python benchmarks/bench_ranks.py",
+                "columns": ["executor", "wall s", "speed-up vs --jobs 1", "CPU s (process tree)",
+                            "peak RSS of the process tree MiB"],
+                "rows": rows, "notes": f"{args.ranks} ranks × {args.kernels:,} kernels, {os.cpu_count()} cores, "
+                                       f"medians of {args.repeat} rotating rounds."}))
 
 if __name__ == "__main__":
     main()

@@ -117,6 +117,6 @@ def machine() -> str:
         mem = f", {kib / 2**20:.0f} GiB RAM"
     except (OSError, ValueError, IndexError):
         pass
-    load = ", load average {:.1f}".format(os.getloadavg()[0]) if hasattr(os, "getloadavg") else ""
+    load = f", load average {os.getloadavg()[0]:.1f}" if hasattr(os, "getloadavg") else ""
     return (f"{cpu}, {os.cpu_count()} cores{mem}{load}; Python {platform.python_version()}, "
             f"{platform.system()} {platform.release()}")
