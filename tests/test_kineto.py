@@ -234,3 +234,24 @@ def test_cross_rank_matching_on_kineto_ranks(tmp_path: Path) -> None:
             assert want[key] is not None or key == "ranks.late_ms"
             if want[key] is not None:
                 assert kt["metrics"]["ranks"][rank][key] == pytest.approx(want[key], rel=1e-6, abs=1e-6), (rank, key)
+
+
+@needs_shared
+def test_real_8_rank_collectives_match_across_ranks() -> None:
+    """The DLRM set names no process group on its NCCL kernels (PyTorch < 2.3), but c10d's `nccl:<op>`
+    ranges enclose each launch: its 3 all-reduces (DDP) and 5 all-to-alls (embedding exchange) per rank
+    match on all 8 ranks, clocks align to microseconds, and the rank the others wait for is named."""
+    report = report_dict(api.analyze([KINETO / "param_dlrm_8rank"], jobs=1, timeline_excerpts=False))
+    for dev in report["devices"]:
+        assert set(dev["groups"]) == {"dp", "other"}
+        peers = dev["evidence"]["peers"]
+        assert peers["dp"]["matched"] == peers["dp"]["instances"] == 3
+        assert peers["other"]["matched"] == peers["other"]["instances"] == 5
+    all_m = report["metrics"]["all"]
+    assert all_m["ranks.clock_residual_us"] < 50  # NCCL collectives end together on every member
+    slowest = all_m["ranks.slowest"]
+    waited = [sum(d["evidence"]["peers"]["other"]["waited_for_ms"].get(str(slowest), 0) for d in report["devices"])]
+    assert waited[0] > 0 and all_m["ranks.late_ms"] > 0
+    for rank, m in report["metrics"]["ranks"].items():
+        total = m["comm.other.exposed_ms"]
+        assert m["comm.other.exposed_wait_ms"] + m["comm.other.exposed_transfer_ms"] == pytest.approx(total)

@@ -13,6 +13,7 @@ fact; kernels no source can label stay unlabelled."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -24,7 +25,7 @@ from perfdoctor.classify.communicators import Communicators, communicators
 from perfdoctor.classify.group_heuristics import AGREEMENT, CANDIDATES, CONFIDENCE, group_sizes, heuristic_groups
 from perfdoctor.classify.projection import NO_RANGE, enclosing_range, kernel_launch_calls
 from perfdoctor.classify.timeline import category_mask, class_mask
-from perfdoctor.load.labels import labelled, message_codes, parse_label
+from perfdoctor.load.labels import labelled, matching, message_codes, parse_label
 from perfdoctor.model import Timeline
 
 GROUPS = (*CANDIDATES, "other")  # a candidate's index is its group code
@@ -136,6 +137,9 @@ def label_groups(tl: Timeline, kcls: pd.DataFrame, config: dict[str, Any] | None
         named, sure = _from_process_groups(tl, comm_idx, group)
         pg = (named >= 0) & (group < 0)
         group[pg], source[pg], confidence[pg] = named[pg], SOURCES.index("kineto_pg"), sure[pg]
+        named, sure = _from_c10d_ops(tl, comm_idx, group, config or {})
+        op = (named >= 0) & (group < 0)
+        group[op], source[op], confidence[op] = named[op], SOURCES.index("heuristic"), sure[op]
         userbuffers = np.flatnonzero(class_mask(kcls, "library", "userbuffers") & (group < 0))
         group[userbuffers] = GROUPS.index("tp")
         source[userbuffers] = SOURCES.index("heuristic")
@@ -182,6 +186,43 @@ def _from_process_groups(tl: Timeline, comm_idx: np.ndarray, group: np.ndarray) 
         g = FOLD.get(g, g)
         mine = comm_idx[(codes == i) & (group[comm_idx] < 0)]
         named[mine], sure[mine] = GROUPS.index(g), CONFIDENCE.index(how_sure)
+    return named, sure
+
+
+# PyTorch's c10d record_function names around each collective call (``nccl:all_reduce``), in a profiler
+# trace without process-group args: what each op is in a program without model parallelism.
+C10D_OP = re.compile(r"^nccl:(\w+)$")
+DATA_PARALLEL_OPS = {"all_reduce", "allreduce", "allreduce_coalesced", "reduce_scatter", "_reduce_scatter_base",
+                     "reduce_scatter_tensor_coalesced", "all_gather", "_allgather_base", "allgather",
+                     "allgather_into_tensor_coalesced", "broadcast", "reduce"}
+
+
+def _from_c10d_ops(tl: Timeline, comm_idx: np.ndarray, group: np.ndarray,
+                   config: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+    """Groups of a PyTorch profiler trace's NCCL kernels that name no process group (PyTorch < 2.3), from
+    the c10d op range that encloses their launch, when the run has no model parallelism (no tp/cp/pp/ep
+    above 1 known): reductions, gathers and broadcasts are data-parallel (DDP/FSDP); all-to-all and
+    point-to-point exchanges are model-parallel traffic of the program's own ("other"). Medium
+    confidence: an inference from the op and the absence of model parallelism, not a recorded group."""
+    n = len(tl.kernels)
+    named = np.full(n, UNLABELLED, dtype=np.int8)
+    sure = np.full(n, UNLABELLED, dtype=np.int8)
+    if tl.trace.format != "kineto-json" or "pg_name" in tl.kernels.columns or not comm_idx.size:
+        return named, sure
+    if any((config.get(k) or 1) > 1 for k in ("tp", "cp", "pp", "ep")):
+        return named, sure
+    ranges = matching(tl.nvtx, C10D_OP)
+    ranges = ranges[ranges["end"].to_numpy() >= 0]
+    if not len(ranges):
+        return named, sure
+    todo = comm_idx[group[comm_idx] < 0]
+    c_start, c_end, c_tid = (a[todo] for a in kernel_launch_calls(tl))
+    which = enclosing_range(c_start, c_end, c_tid, ranges)
+    hit = which != NO_RANGE
+    ops = ranges["text"].to_numpy()[which[hit]]
+    codes = np.array([GROUPS.index("dp" if C10D_OP.match(t).group(1) in DATA_PARALLEL_OPS else "other")
+                      for t in ops], dtype=np.int8)
+    named[todo[hit]], sure[todo[hit]] = codes, CONFIDENCE.index("medium")
     return named, sure
 
 

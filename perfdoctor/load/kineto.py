@@ -457,7 +457,7 @@ def _build(c: _Collector, meta: dict[str, Any]) -> tuple[TraceInfo, list[Timelin
     n = len(ranges)
     nvtx = pd.DataFrame({
         "start": ranges["start"], "end": ranges["end"], "event_type": np.full(n, NVTX_PUSH_POP, dtype=np.int64),
-        "tid": ranges["tid"], "end_tid": ranges["tid"], "domain": pd.Series([None] * n, dtype=object),
+        "tid": ranges["tid"], "end_tid": np.full(n, -1, dtype=np.int64), "domain": pd.Series([None] * n, dtype=object),
         "text": pd.Series(strings[c.cols.get("range.name", np.int64)[mine]], dtype=object),
         "range_id": np.full(n, -1, dtype=np.int64), "category": np.full(n, -1, dtype=np.int64),
         "int_value": np.full(n, -1, dtype=np.int64), "double_value": np.full(n, np.nan),

@@ -62,7 +62,10 @@ def write_kineto(path: Path, sc: Scenario, rank: int, local: int, pid: int, rec:
     times are shifted by ``-offset_ns`` and ``baseTimeNanoseconds`` is ``session_utc_ns``."""
     sizes = {"dp": sc.parallel["dp"] * sc.parallel["cp"], "tp": sc.parallel["tp"], "cp": sc.parallel["cp"],
              "pp": sc.parallel["pp"], "ep": sc.parallel["ep"]}
-    pg_config = [{"pg_name": str(i + 1), "pg_desc": GROUP_DESCRIPTIONS[g], "backend_config": "cuda:nccl",
+    # Every rank creates every group, so PyTorch's group names are the same on all ranks and differ
+    # between instances (the DP group of ranks 0-1 is not that of ranks 2-3): one number per instance.
+    pg_config = [{"pg_name": str(1 + i * sc.world_size + min(sc.group_ranks(g, rank))),
+                  "pg_desc": GROUP_DESCRIPTIONS[g], "backend_config": "cuda:nccl",
                   "pg_size": sizes[g], "ranks": list(sc.group_ranks(g, rank))}
                  for i, g in enumerate(GROUP_DESCRIPTIONS) if sizes[g] > 1]
     header = {
