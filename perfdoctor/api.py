@@ -28,8 +28,8 @@ from perfdoctor.measure.activity import activity
 from perfdoctor.measure.breakdown import activity_window, summarize
 from perfdoctor.measure.collectives import Collectives, collectives
 from perfdoctor.measure.excerpt import excerpt
-from perfdoctor.measure.host import host_gaps
 from perfdoctor.measure.graphs import graph_metrics
+from perfdoctor.measure.host import host_gaps
 from perfdoctor.measure.memory import MemoryMeasurement, measure_memory, measure_run_memory
 from perfdoctor.measure.metrics import across_ranks, timeline_metrics
 from perfdoctor.measure.peers import match

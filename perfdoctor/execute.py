@@ -78,7 +78,8 @@ def _context() -> multiprocessing.context.BaseContext:
 def _on_dask(fn: Callable[[T], R], tasks: Sequence[T], jobs: int, address: str,
              report: Callable[[int], None]) -> list[R]:
     try:
-        from distributed import Client, LocalCluster, as_completed as dask_completed
+        from distributed import Client, LocalCluster
+        from distributed import as_completed as dask_completed
     except ImportError:
         raise InputError("--dask needs the distributed extra: pip install 'perfdoctor[distributed]'") from None
     if address == "local":

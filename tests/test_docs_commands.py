@@ -92,7 +92,7 @@ RUNS = {
         Check(rc=1, prints="regressed by", writes=(("diff.md", "Step time"), ("diff.html", "<html"))),
     "perfdoctor memory RUN_DIR/memory/rank0.pickle --device-memory 80": Check(prints="peak allocated"),
     "perfdoctor analyze RUN_DIR": Check(prints="pipeline-bubble"),
-    "perfdoctor analyze trace.sqlite snapshot_0.pickle": Check(prints="memory"),
+    "perfdoctor analyze trace.sqlite snapshot_0.pickle --device-memory 80": Check(prints="memory"),
     "perfdoctor analyze perfdoctor-runs/<date-time>/":
         Check(prints="pipeline-bubble", substitute=(("<date-time>", "2026-11-23_10-00-00"),)),
     "perfdoctor analyze traces/head --format json -o head.json --html head.html --markdown head.md --fail-on high":
