@@ -170,36 +170,29 @@ _MEMCPY = KernelClass("memcpy")
 _PEER_COPY = KernelClass("comm", "other", "peer_copy")
 
 
-def signature_head(name: str) -> str:
-    """``name`` without a trailing ``(argument list)`` and a leading ``void``; templates are kept.
+def _without_trailing(name: str, opening: str, closing: str) -> str:
+    """``name`` without the bracketed group it ends with, found by balancing brackets from the end
+    (template arguments hold parentheses of their own: ``(int)8``, ``[lambda(float) (instance 1)]``)."""
+    if not name.endswith(closing):
+        return name
+    depth = 0
+    for i in range(len(name) - 1, -1, -1):
+        depth += {closing: 1, opening: -1}.get(name[i], 0)
+        if depth == 0:
+            return name[:i].rstrip()
+    return name
 
-    The argument list is found by balancing parentheses from the end, because template arguments
-    hold parentheses of their own (``(int)8``, ``[lambda(float) (instance 1)]``).
-    """
-    name = name.strip()
-    if name.endswith(")"):
-        depth = 0
-        for i in range(len(name) - 1, -1, -1):
-            depth += {")": 1, "(": -1}.get(name[i], 0)
-            if depth == 0:
-                name = name[:i].rstrip()
-                break
-    return name.removeprefix("void ").lstrip()
+
+def signature_head(name: str) -> str:
+    """``name`` without a trailing ``(argument list)`` and a leading ``void``; templates are kept."""
+    return _without_trailing(name.strip(), "(", ")").removeprefix("void ").lstrip()
 
 
 def short_kernel_name(name: str) -> str:
     """What nsys calls a kernel's short name: the function alone, without return type, namespaces,
     template arguments and argument list (``void at::native::vectorized_elementwise_kernel<4, ...>(...)``
     → ``vectorized_elementwise_kernel``). Kineto traces carry only the demangled signature."""
-    head = signature_head(name)
-    if head.endswith(">"):
-        depth = 0
-        for i in range(len(head) - 1, -1, -1):
-            depth += {">": 1, "<": -1}.get(head[i], 0)
-            if depth == 0:
-                head = head[:i].rstrip()
-                break
-    head = head.replace("(anonymous namespace)::", "")
+    head = _without_trailing(signature_head(name), "<", ">").replace("(anonymous namespace)::", "")
     return head.rsplit("::", 1)[-1].split(" ")[-1] or name
 
 
