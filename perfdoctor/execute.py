@@ -64,15 +64,19 @@ def run_tasks(fn: Callable[[T], R], tasks: Sequence[T], jobs: int | None = None,
 
 
 def _context() -> multiprocessing.context.BaseContext:
-    """Workers forked from this process when it runs a single thread (it has imported the pipeline
-    already, so they start at once: measured 1.66x on 2 cores for 64 ranks, against 1.52x through a fork
-    server); otherwise from a clean server process that imports the pipeline once, safe where forking
-    this one is not (threads of a progress bar, a test runner, Dask)."""
+    """Workers forked from this process while that is safe (it has imported the pipeline already, so they
+    start at once: measured 1.68x on 2 cores for 64 ranks, against 1.52x through a fork server); otherwise
+    from a clean server process that imports the pipeline once, safe where forking this one is not
+    (threads of a progress bar, native threads of a reader already used, a test runner, Dask)."""
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")
     main = getattr(sys.modules.get("__main__"), "__file__", None)
-    if threading.active_count() == 1 or (main is not None and not os.path.exists(main)):
-        return multiprocessing.get_context("fork")  # no other thread can hold a lock; or `python -`
+    if main is not None and not os.path.exists(main):  # `python -` (<stdin>): a server could not re-import it
+        return multiprocessing.get_context("fork")
+    if threading.active_count() == 1 and "connectorx" not in sys.modules:
+        # No other Python thread can hold a lock, and the SQLite reader's native (Rust) thread pool, which
+        # does not survive a fork, has not started: the CLI's case, whose workers do all the reading.
+        return multiprocessing.get_context("fork")
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload(["perfdoctor.api"])
     return ctx
