@@ -72,14 +72,14 @@ def hta_python(venv: Path) -> Path:
     return python
 
 
-def timed(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, int]:
-    """Wall seconds and peak RSS (bytes) of one process."""
+def timed(cmd: list[str], env: dict[str, str] | None = None, ok: tuple[int, ...] = (0,)) -> tuple[float, int]:
+    """Wall seconds and peak RSS (bytes) of one process; an exit status outside ``ok`` stops the run."""
     with tempfile.NamedTemporaryFile(suffix=".time") as tf:
         began = time.perf_counter()
         proc = subprocess.run(["/usr/bin/time", "-o", tf.name, "-f", "%M", *cmd], capture_output=True, text=True,
                               env=env)
         wall = time.perf_counter() - began
-        if proc.returncode not in (0, 1):
+        if proc.returncode not in ok:
             raise SystemExit(f"{cmd[:4]} failed ({proc.returncode}): {proc.stderr[-2000:]}")
         return wall, int(Path(tf.name).read_text().split()[-1]) * 1024
 
@@ -88,7 +88,7 @@ def rank_files(paths: list[Path]) -> dict[int, str]:
     """HTA wants {rank: file}: the rank each Kineto trace records."""
     from perfdoctor.load.kineto import load_kineto
 
-    return {tl.rank: str(p) for p in paths for tl in load_kineto(p)[1]}
+    return {info.rank: str(p) for p in paths for info in [load_kineto(p)[0]]}
 
 
 def perfdoctor_numbers(paths: list[Path]) -> dict[str, dict[str, float]]:
@@ -179,7 +179,7 @@ def main() -> None:
         hta_cmd = [str(hta), "-c", HTA_SCRIPT, ranks, str(work / "hta.json")]
         pd_runs, hta_runs = [], []
         for _ in range(args.repeat):
-            pd_runs.append(timed(pd_cmd, env))
+            pd_runs.append(timed(pd_cmd, env, ok=(0, 1)))  # 1: perfdoctor found something
             hta_runs.append(timed(hta_cmd))
         default = json.loads((work / "hta.json").read_text())
         timed([*hta_cmd[:-1], str(work / "hta_ns.json")], {**os.environ, "HTA_DISABLE_NS_ROUNDING": "1"})
