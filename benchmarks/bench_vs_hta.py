@@ -101,7 +101,8 @@ def perfdoctor_numbers(paths: list[Path]) -> dict[str, dict[str, float]]:
 
     out = {}
     for path in paths:
-        for tl in load_kineto(path)[1]:
+        info, timelines = load_kineto(path)
+        for tl in timelines:
             k = tl.kernels
             comm = category_mask(kernel_classes(k), "comm")
             s, e = k["start"].to_numpy(), k["end"].to_numpy()
@@ -112,7 +113,7 @@ def perfdoctor_numbers(paths: list[Path]) -> dict[str, dict[str, float]]:
             comm_u = union(s[comm], e[comm])
             span = (ops_e.max() - ops_s.min()) / 1e3
             comm_ms = measure(comm_u)
-            out[str(tl.rank)] = {
+            out[str(info.rank if tl.rank is None else tl.rank)] = {
                 "kernel_time_us": span, "idle_us": span - measure(busy) / 1e3, "compute_us": measure(compute) / 1e3,
                 "non_compute_us": (measure(busy) - measure(compute)) / 1e3,
                 "comm_overlap": measure(intersect(comm_u, compute)) / comm_ms if comm_ms else float("nan"),
