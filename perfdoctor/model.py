@@ -1,8 +1,8 @@
 """The data model every stage shares: Timelines in, Report out.
 
-A :class:`Timeline` is one GPU as seen from one process (DESIGN §2). Its event tables are pandas
-DataFrames over numpy columns, read in bulk; times are integer nanoseconds on the timeline of the
-file they came from (``TraceInfo.session_start_utc_ns`` aligns files). Strings (kernel names, NVTX text)
+A :class:`Timeline` is one GPU as seen from one process (DESIGN §2). Its event tables are
+:class:`perfdoctor.table.Table` objects (named numpy columns), read in bulk; times are integer
+nanoseconds on the timeline of the file they came from (``TraceInfo.session_start_utc_ns`` aligns files). Strings (kernel names, NVTX text)
 are resolved once per file, so measurements never touch the SQLite file.
 """
 
@@ -13,9 +13,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    import pandas as pd
-
     from perfdoctor.load.memsnap import MemorySnapshot
+    from perfdoctor.table import Table
 
 
 @dataclass(frozen=True)
@@ -105,9 +104,9 @@ class Timeline(_Identity):
     ``device_id`` is ``None`` for a process that ran no CUDA work (CPU-only capture): such a
     timeline still carries its NVTX ranges and OS-runtime counts.
 
-    Tables (pandas DataFrames, integer ns, one row per event):
+    Tables (:class:`perfdoctor.table.Table`, integer ns, one row per event):
       kernels   start end stream correlation_id launch_type grid_x grid_y grid_z block_x block_y block_z
-                short_name demangled_name (categoricals); sorted by start (the loader sorts once, so
+                short_name demangled_name (dictionary-encoded ``Strings``); sorted by start (the loader sorts once, so
                 measurements rely on it instead of sorting a million rows again). A CUDA graph replay
                 traced as a whole (nsys --cuda-graph-trace=graph) is one row here, named
                 ``[CUDA graph <graphId> replay]`` with launch/grid/block columns -1 (load/graph_trace.py):
@@ -115,7 +114,8 @@ class Timeline(_Identity):
       memcpy    start end stream correlation_id bytes copy_kind
       memset    start end stream correlation_id bytes
       sync      start end stream correlation_id sync_type
-      api       start end tid correlation_id name event_class   (CUDA runtime/driver calls of this process)
+      api       start end tid correlation_id name event_class   (CUDA runtime/driver calls of this process;
+                name dictionary-encoded ``Strings``)
       nvtx      start end event_type tid end_tid domain text range_id category int_value double_value
                 (ranges have end >= start; marks have end == -1)
       nccl      start end tid name comm bytes nranks rank   (NCCL API calls whose NVTX payload names their
@@ -131,13 +131,13 @@ class Timeline(_Identity):
     pid: int
     global_pid: int
     device_id: int | None
-    kernels: pd.DataFrame
-    memcpy: pd.DataFrame
-    memset: pd.DataFrame
-    sync: pd.DataFrame
-    api: pd.DataFrame
-    nvtx: pd.DataFrame
-    nccl: pd.DataFrame | None = None  # NCCL payload events (load/nccl_payload.py); None or empty: none
+    kernels: Table
+    memcpy: Table
+    memset: Table
+    sync: Table
+    api: Table
+    nvtx: Table
+    nccl: Table | None = None  # NCCL payload events (load/nccl_payload.py); None or empty: none
     thread_names: dict[int, str] = field(default_factory=dict)
     process_name: str | None = None
     osrt_calls: int = 0

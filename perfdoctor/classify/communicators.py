@@ -17,11 +17,11 @@ import re
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 
 from perfdoctor.classify.projection import kernel_launch_calls
 from perfdoctor.load.labels import matching
 from perfdoctor.model import Timeline
+from perfdoctor.table import Table, factorize
 
 GROUP_START = re.compile(r"^ncclGroupStart$")
 
@@ -46,16 +46,16 @@ def communicators(tl: Timeline, comm_idx: np.ndarray) -> Communicators:
     calls = tl.nccl
     if calls is None or not len(calls) or not comm_idx.size:
         return none
-    codes, ids = pd.factorize(calls["comm"].to_numpy())
+    codes, ids = factorize(calls.col("comm"))
     ids = np.asarray(ids, dtype=np.uint64)
     sizes = np.full(ids.size, -1, dtype=np.int64)
-    nranks = calls["nranks"].to_numpy()
+    nranks = calls.col("nranks")
     known = nranks > 0
     sizes[codes[known]] = nranks[known]  # creation ranges; every one of a communicator gives its size
 
     call_start, call_end, call_tid = (a[comm_idx] for a in kernel_launch_calls(tl))
     group_starts = matching(tl.nvtx, GROUP_START)
-    r_start, r_end, r_tid = (calls[c].to_numpy() for c in ("start", "end", "tid"))
+    r_start, r_end, r_tid = (calls[c] for c in ("start", "end", "tid"))
     of_kernel = none.of_kernel
     for thread in np.unique(r_tid):
         mine = np.flatnonzero(call_tid == thread)
@@ -66,7 +66,7 @@ def communicators(tl: Timeline, comm_idx: np.ndarray) -> Communicators:
         ok = latest >= 0
         row = rows[np.maximum(latest, 0)]
         encloses = ok & (r_end[row] >= call_end[mine])
-        gs = np.sort(group_starts["start"].to_numpy()[group_starts["tid"].to_numpy() == thread])
+        gs = np.sort(group_starts.col("start")[group_starts.col("tid") == thread])
         in_group = np.zeros(mine.size, dtype=bool)
         if gs.size:  # the latest call began after the thread's last ncclGroupStart: same group
             g = np.searchsorted(gs, call_start[mine], side="right") - 1
@@ -77,17 +77,17 @@ def communicators(tl: Timeline, comm_idx: np.ndarray) -> Communicators:
 
 
 
-def process_group_communicators(kernels: pd.DataFrame, comm_idx: np.ndarray) -> Communicators:
+def process_group_communicators(kernels: Table, comm_idx: np.ndarray) -> Communicators:
     """Communicators of a PyTorch profiler trace: every NCCL kernel names its process group
     (``pg_name``) and the group's size (``pg_size``), so each process group is one communicator."""
     n = len(kernels)
     of_kernel = np.full(n, -1, dtype=np.int64)
-    names = kernels["pg_name"].to_numpy()[comm_idx]
+    names = kernels.col("pg_name")[comm_idx]
     has = np.array([isinstance(x, str) for x in names], dtype=bool)
-    codes, uniques = pd.factorize(pd.Series(names[has], dtype=object))
+    codes, uniques = factorize(np.asarray(names[has], dtype=object))
     of_kernel[comm_idx[has]] = codes
     sizes = np.full(len(uniques), -1, dtype=np.int64)
-    pg_size = kernels["pg_size"].to_numpy()[comm_idx[has]]
+    pg_size = kernels.col("pg_size")[comm_idx[has]]
     known = pg_size > 0
     sizes[codes[known]] = pg_size[known]
     # PyTorch names process groups the same on every member ("0", "1", ...), so a hash of the name is a

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from perfdoctor.model import Run, Timeline, TimelineInfo
+from perfdoctor.table import Strings
 
 MANIFEST = "manifest.json"
 MANIFEST_MAX_BYTES = 4 << 20
@@ -129,6 +130,6 @@ def _env_has(run: Run, test: Any) -> bool:
 
 
 def _any_text(column: Any, pattern: re.Pattern[str]) -> bool:
-    """Whether any distinct string of a (categorical) column matches: one test per distinct value."""
-    values = column.cat.categories if hasattr(column, "cat") else column.dropna().unique()
+    """Whether any distinct string of a column matches: one test per distinct value."""
+    values = column.values if isinstance(column, Strings) else {v for v in column if isinstance(v, str)}
     return any(pattern.search(str(v)) for v in values)

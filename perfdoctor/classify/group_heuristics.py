@@ -23,10 +23,10 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from perfdoctor.classify.kernels import classify_kernel
 from perfdoctor.classify.timeline import category_mask, class_codes
+from perfdoctor.table import Table, factorize
 
 CANDIDATES = ("dp", "tp", "cp", "pp", "ep")
 CONFIDENCE = ("low", "medium", "high")
@@ -52,7 +52,7 @@ _NONE = np.iinfo(np.int64).max // 4  # distance to a neighbour that does not exi
 STRONG = 2.0
 
 
-def heuristic_groups(kernels: pd.DataFrame, kcls: pd.DataFrame, config: dict[str, Any],
+def heuristic_groups(kernels: Table, kcls: Table, config: dict[str, Any],
                      known: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Group (index into ``CANDIDATES``) and confidence (index into ``CONFIDENCE``), int8 arrays aligned
     with ``kernels``, for the comm kernels whose ``known`` group code is negative; −1 elsewhere, and
@@ -75,7 +75,7 @@ def heuristic_groups(kernels: pd.DataFrame, kcls: pd.DataFrame, config: dict[str
     best = np.argmax(scores, axis=1)
     winner = np.where(np.isfinite(scores.max(axis=1)), best, -1)
     strong = scores.max(axis=1) >= STRONG
-    _ulysses(kernels["stream"].to_numpy()[idx], collective, winner, strong, ruled_out)
+    _ulysses(kernels.col("stream")[idx], collective, winner, strong, ruled_out)
     conf = np.zeros(idx.size, dtype=np.int64)  # index into CONFIDENCE
     _per_stream(kernels, comm, idx, known, winner, conf)
     confirmed = np.array([sizes[g] is not None and sizes[g] > 1 for g in CANDIDATES])
@@ -101,24 +101,24 @@ def group_sizes(config: dict[str, Any]) -> dict[str, int | None]:
     return sizes
 
 
-def _codes(kernels: pd.DataFrame, kcls: pd.DataFrame) -> np.ndarray:
+def _codes(kernels: Table, kcls: Table) -> np.ndarray:
     """Compute-kernel code of every kernel; the taxonomy's ``kind`` is looked up once per distinct name."""
     codes = np.full(len(kernels), OTHER, dtype=np.int64)
     codes[category_mask(kcls, "gemm")] = GEMM
     codes[category_mask(kcls, "attention")] = ATTENTION
     codes[category_mask(kcls, "optimizer")] = OPTIMIZER
     codes[category_mask(kcls, "comm")] = COMM
-    names = kernels["short_name"].cat  # distinct names are the categories: no sort of a million strings
-    kind_code = np.array([_KIND_CODES.get(classify_kernel(str(s)).kind, OTHER) for s in names.categories]
-                         + [OTHER], dtype=np.int64)  # last: a missing name (code -1)
-    by_kind = kind_code[names.codes.to_numpy()]
+    names = kernels["short_name"]  # each distinct name classified once: no work per million kernels
+    kind_code = np.array([_KIND_CODES.get(classify_kernel(str(s)).kind, OTHER) for s in names.values]
+                         + [OTHER], dtype=np.int64)
+    by_kind = kind_code[names.codes]
     return np.where(codes == OTHER, by_kind, codes)
 
 
-def _launch_order(kernels: pd.DataFrame) -> np.ndarray:
+def _launch_order(kernels: Table) -> np.ndarray:
     """Kernel rows in the order the CPU launched them: by correlation id when every kernel has one."""
-    corr = kernels["correlation_id"].to_numpy()
-    start = kernels["start"].to_numpy()
+    corr = kernels.col("correlation_id")
+    start = kernels.col("start")
     if len(corr) and (corr > 0).all():
         if np.all(corr[1:] > corr[:-1]):
             return np.arange(corr.size)
@@ -126,7 +126,7 @@ def _launch_order(kernels: pd.DataFrame) -> np.ndarray:
     return np.argsort(start, kind="stable")
 
 
-def _neighbours(kernels: pd.DataFrame, codes: np.ndarray, idx: np.ndarray) -> dict[str, np.ndarray]:
+def _neighbours(kernels: Table, codes: np.ndarray, idx: np.ndarray) -> dict[str, np.ndarray]:
     """Per comm kernel ``idx``: how many compute kernels lie between it and the nearest compute kernel
     of each code, before (``*_prev``) and after (``*_next``) it in launch order; and whether an
     optimizer kernel is nearer than any GEMM or attention kernel (``near_optimizer``)."""
@@ -200,14 +200,14 @@ def _ulysses(stream: np.ndarray, collective: np.ndarray, winner: np.ndarray, str
             winner[mine & (winner == pp) & ~strong] = cp
 
 
-def _per_stream(kernels: pd.DataFrame, comm: np.ndarray, idx: np.ndarray, known: np.ndarray,
+def _per_stream(kernels: Table, comm: np.ndarray, idx: np.ndarray, known: np.ndarray,
                 winner: np.ndarray, conf: np.ndarray) -> None:
     """One label per process-group stream (in place): the NVTX label its other kernels carry, else
     the duration-weighted vote of its kernels; medium confidence when the vote is near unanimous."""
-    stream = kernels["stream"].to_numpy()
-    inverse, streams = pd.factorize(stream)
+    stream = kernels.col("stream")
+    inverse, streams = factorize(stream)
     share = np.bincount(inverse, weights=comm.astype(np.float64)) / np.bincount(inverse)
-    dur = (kernels["end"].to_numpy() - kernels["start"].to_numpy()).astype(np.float64)[idx]
+    dur = (kernels.col("end") - kernels.col("start")).astype(np.float64)[idx]
     for k in np.flatnonzero(share >= COMM_STREAM_SHARE):
         mine = inverse[idx] == k
         labelled = [int(g) for g in np.unique(known[idx[mine]]) if 0 <= g < len(CANDIDATES)]

@@ -19,14 +19,14 @@ from functools import cached_property
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from perfdoctor.classify.communicators import Communicators, communicators
 from perfdoctor.classify.group_heuristics import AGREEMENT, CANDIDATES, CONFIDENCE, group_sizes, heuristic_groups
 from perfdoctor.classify.projection import NO_RANGE, enclosing_range, kernel_launch_calls
 from perfdoctor.classify.timeline import category_mask, class_mask
-from perfdoctor.load.labels import labelled, matching, message_codes, parse_label
+from perfdoctor.load.labels import labelled_rows, matching, message_codes, parse_label
 from perfdoctor.model import Timeline
+from perfdoctor.table import Table, factorize
 
 GROUPS = (*CANDIDATES, "other")  # a candidate's index is its group code
 SOURCES = ("nvtx", "nccl_payload", "heuristic", "kineto_pg")
@@ -64,11 +64,11 @@ class GroupLabels:
     def any_labelled(self) -> bool:
         return bool((self.codes >= 0).any())
 
-    def summary(self, kernels: pd.DataFrame) -> dict[str, dict[str, Any]]:
+    def summary(self, kernels: Table) -> dict[str, dict[str, Any]]:
         """How each group's labels were obtained, for the report (DESIGN §4): per group, its kernel
         count and time, and the kernels and ns per ``label_source`` and per confidence."""
         labelled = np.flatnonzero(self.codes >= 0)
-        dur = (kernels["end"].to_numpy()[labelled] - kernels["start"].to_numpy()[labelled]).astype(np.float64)
+        dur = (kernels.col("end")[labelled] - kernels.col("start")[labelled]).astype(np.float64)
         codes = self.codes[labelled]
         out: dict[str, dict[str, Any]] = {}
         for i, g in enumerate(GROUPS):
@@ -81,7 +81,7 @@ class GroupLabels:
         return out
 
 
-def _by_communicator(comms: Communicators, known: np.ndarray, guess: np.ndarray, kernels: pd.DataFrame,
+def _by_communicator(comms: Communicators, known: np.ndarray, guess: np.ndarray, kernels: Table,
                      config: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
     """One group per NCCL communicator (a communicator is one process group), for its kernels: the
     NVTX label some of them carry; else the one group whose configured size equals the communicator's
@@ -90,7 +90,7 @@ def _by_communicator(comms: Communicators, known: np.ndarray, guess: np.ndarray,
     named = np.full(known.size, UNLABELLED, dtype=np.int8)
     sure = np.full(known.size, UNLABELLED, dtype=np.int8)
     sizes = group_sizes(config)
-    dur = (kernels["end"].to_numpy() - kernels["start"].to_numpy()).astype(np.float64)
+    dur = (kernels.col("end") - kernels.col("start")).astype(np.float64)
     with_comm = np.flatnonzero(comms.of_kernel >= 0)
     by_comm = with_comm[np.argsort(comms.of_kernel[with_comm], kind="stable")]
     bounds = np.searchsorted(comms.of_kernel[by_comm], np.arange(comms.ids.size + 1))
@@ -122,7 +122,7 @@ def decode(codes: np.ndarray, names: tuple[str, ...]) -> np.ndarray:
     return np.array([*names, None], dtype=object)[np.where(codes >= 0, codes, len(names))]
 
 
-def label_groups(tl: Timeline, kcls: pd.DataFrame, config: dict[str, Any] | None = None) -> GroupLabels:
+def label_groups(tl: Timeline, kcls: Table, config: dict[str, Any] | None = None) -> GroupLabels:
     """Label the comm kernels of one timeline (``kcls``: the taxonomy of ``tl.kernels``; ``config``: the
     run's parallel config, whose known group sizes rule groups in or out of the heuristics)."""
     n = len(tl.kernels)
@@ -172,8 +172,8 @@ def _from_process_groups(tl: Timeline, comm_idx: np.ndarray, group: np.ndarray) 
     sure = np.full(n, UNLABELLED, dtype=np.int8)
     if "pg_desc" not in tl.kernels.columns or not comm_idx.size:
         return named, sure
-    desc = tl.kernels["pg_desc"].to_numpy()[comm_idx]
-    codes, uniques = pd.factorize(pd.Series(desc, dtype=object))
+    desc = tl.kernels.col("pg_desc")[comm_idx]
+    codes, uniques = factorize(np.asarray(desc, dtype=object))
     groups = [from_description(d if isinstance(d, str) else None) for d in uniques]
     megatron = any(g is not None for g in groups)
     for i, (d, g) in enumerate(zip(uniques, groups)):
@@ -212,14 +212,14 @@ def _from_c10d_ops(tl: Timeline, comm_idx: np.ndarray, group: np.ndarray,
     if any((config.get(k) or 1) > 1 for k in ("tp", "cp", "pp", "ep")):
         return named, sure
     ranges = matching(tl.nvtx, C10D_OP)
-    ranges = ranges[ranges["end"].to_numpy() >= 0]
+    ranges = ranges[ranges.col("end") >= 0]
     if not len(ranges):
         return named, sure
     todo = comm_idx[group[comm_idx] < 0]
     c_start, c_end, c_tid = (a[todo] for a in kernel_launch_calls(tl))
     which = enclosing_range(c_start, c_end, c_tid, ranges)
     hit = which != NO_RANGE
-    ops = ranges["text"].to_numpy()[which[hit]]
+    ops = ranges.col("text")[which[hit]]
     codes = np.array([GROUPS.index("dp" if C10D_OP.match(t).group(1) in DATA_PARALLEL_OPS else "other")
                       for t in ops], dtype=np.int8)
     named[todo[hit]], sure[todo[hit]] = codes, CONFIDENCE.index("medium")
@@ -235,12 +235,13 @@ def _tally(codes: np.ndarray, names: tuple[str, ...], dur: np.ndarray) -> dict[s
 
 def _from_nvtx(tl: Timeline, comm_idx: np.ndarray, group: np.ndarray) -> None:
     """Group codes of the comm kernels launched inside perfdoctor ``comm`` ranges (in place)."""
-    ranges = labelled(tl.nvtx, "comm")
-    ranges = ranges[ranges["end"].to_numpy() >= 0]
-    if not len(ranges):
+    rows = labelled_rows(tl.nvtx, "comm")
+    rows = rows[tl.nvtx["end"][rows] >= 0]
+    if not rows.size:
         return
+    ranges = tl.nvtx.take(rows)
     codes, messages = message_codes(tl.nvtx)
-    mine = codes[ranges.index.to_numpy()]  # ``labelled`` keeps row positions as the index
+    mine = codes[rows]
     distinct = np.unique(mine)
     group_of = np.zeros(messages.size, dtype=np.int8)
     group_of[distinct] = [GROUPS.index(_group_of(messages[m])) for m in distinct]  # each message once

@@ -9,10 +9,10 @@ Vectorised: one sort of the ranges per thread, one ``searchsorted`` per launch.
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 
 from perfdoctor.memo import per_object
 from perfdoctor.model import Timeline
+from perfdoctor.table import Table
 
 NO_RANGE = -1
 # How many earlier-starting candidates to try when the latest-starting range on a thread ended before
@@ -22,15 +22,15 @@ MAX_DEPTH = 8
 DENSE_FACTOR, DENSE_SLACK = 4, 1 << 20
 
 
-def launch_calls(ops: pd.DataFrame, api: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def launch_calls(ops: Table, api: Table) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """For each GPU op, the launching call's (start, end, tid); -1 where no call matches.
 
     Correlation ids are unique within a process, and both tables belong to one process here.
     """
-    return calls_of(ops["correlation_id"].to_numpy() if len(ops) else np.zeros(0, dtype=np.int64), api)
+    return calls_of(ops.col("correlation_id") if len(ops) else np.zeros(0, dtype=np.int64), api)
 
 
-def calls_of(corr: np.ndarray, api: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def calls_of(corr: np.ndarray, api: Table) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``launch_calls`` for bare correlation ids."""
     n = corr.size
     start = np.full(n, -1, dtype=np.int64)
@@ -39,20 +39,20 @@ def calls_of(corr: np.ndarray, api: pd.DataFrame) -> tuple[np.ndarray, np.ndarra
     if not n or not len(api):
         return start, end, tid
     rows, hit = _rows_of(api, corr)
-    start[hit] = api["start"].to_numpy()[rows]
-    end[hit] = api["end"].to_numpy()[rows]
-    tid[hit] = api["tid"].to_numpy()[rows]
+    start[hit] = api.col("start")[rows]
+    end[hit] = api.col("end")[rows]
+    tid[hit] = api.col("tid")[rows]
     return start, end, tid
 
 
-def _rows_of(api: pd.DataFrame, want: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _rows_of(api: Table, want: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Row of ``api`` holding each correlation id of ``want`` (for the ``hit`` ones; ids <= 0 never match)."""
     table = _lookup_table(api)
     if table is not None:
         looked = table[np.where((want > 0) & (want < table.size), want, 0)]
         hit = (looked >= 0) & (want > 0)
         return looked[hit], hit
-    corr = api["correlation_id"].to_numpy()
+    corr = api.col("correlation_id")
     order = np.arange(corr.size) if np.all(corr[1:] >= corr[:-1]) else np.argsort(corr, kind="stable")
     sorted_corr = corr[order]
     pos = np.minimum(np.searchsorted(sorted_corr, want), max(sorted_corr.size - 1, 0))
@@ -61,11 +61,11 @@ def _rows_of(api: pd.DataFrame, want: np.ndarray) -> tuple[np.ndarray, np.ndarra
 
 
 @per_object
-def _lookup_table(api: pd.DataFrame) -> np.ndarray | None:
+def _lookup_table(api: Table) -> np.ndarray | None:
     """Row of each correlation id (index = id, −1: none), built once per API table; None when the ids
     are too sparse for a table. nsys numbers correlation ids densely from 1, so one gather replaces a
     binary search per op."""
-    corr = api["correlation_id"].to_numpy()
+    corr = api.col("correlation_id")
     if not corr.size or corr.min() < 0 or corr.max() > DENSE_FACTOR * corr.size + DENSE_SLACK:
         return None
     table = np.full(int(corr.max()) + 1, -1, dtype=np.int64)
@@ -81,7 +81,7 @@ def kernel_launch_calls(tl: Timeline) -> tuple[np.ndarray, np.ndarray, np.ndarra
 
 
 def enclosing_range(call_start: np.ndarray, call_end: np.ndarray, call_tid: np.ndarray,
-                    ranges: pd.DataFrame) -> np.ndarray:
+                    ranges: Table) -> np.ndarray:
     """Index (row position in ``ranges``) of the innermost range enclosing each call, or ``NO_RANGE``.
 
     ``ranges`` need columns start, end, tid; only ranges that start and end on the same thread count.
@@ -89,10 +89,10 @@ def enclosing_range(call_start: np.ndarray, call_end: np.ndarray, call_tid: np.n
     result = np.full(call_start.size, NO_RANGE, dtype=np.int64)
     if not len(ranges) or not call_start.size:
         return result
-    r_start = ranges["start"].to_numpy()
-    r_end = ranges["end"].to_numpy()
-    r_tid = ranges["tid"].to_numpy()
-    same_thread = ranges["end_tid"].to_numpy() < 0 if "end_tid" in ranges else np.ones(len(ranges), dtype=bool)
+    r_start = ranges.col("start")
+    r_end = ranges.col("end")
+    r_tid = ranges.col("tid")
+    same_thread = ranges.col("end_tid") < 0 if "end_tid" in ranges else np.ones(len(ranges), dtype=bool)
     for t in np.unique(r_tid[same_thread]):
         sel = np.flatnonzero(same_thread & (r_tid == t))
         sel = sel[np.argsort(r_start[sel], kind="stable")]

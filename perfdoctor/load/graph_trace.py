@@ -24,9 +24,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-if TYPE_CHECKING:
-    import pandas as pd
+from perfdoctor.table import Strings, Table
 
+if TYPE_CHECKING:
     from perfdoctor.load.sqlite_export import SqliteExport
 
 GRAPH_TABLE = "CUPTI_ACTIVITY_KIND_GRAPH_TRACE"
@@ -38,10 +38,9 @@ def replay_name(graph_id: int) -> str:
     return f"[CUDA graph {graph_id} replay]"
 
 
-def with_graph_replays(db: SqliteExport, kernels: pd.DataFrame, warnings: list[str]) -> pd.DataFrame:
+def with_graph_replays(db: SqliteExport, kernels: Table, warnings: list[str]) -> Table:
     """``kernels`` plus one row per graph replay of the export (sorted by start, as the loader keeps
     kernels); unchanged when the export has no graph trace. Appends the capture-mode warning."""
-    import pandas as pd
 
     wanted = {"start": "start", "end": "end", "device_id": "deviceId", "stream": "streamId",
               "correlation_id": "correlationId", "global_pid": "globalPid", "graph_id": "graphId"}
@@ -50,13 +49,12 @@ def with_graph_replays(db: SqliteExport, kernels: pd.DataFrame, warnings: list[s
     raw = db.read(GRAPH_TABLE, wanted)
     if not len(raw):
         return kernels
-    rows = {c: raw[c].fillna(-1).to_numpy(dtype=np.int64) for c in wanted}
+    rows = {c: _filled(raw.col(c)) for c in wanted}
     graph_ids = rows.pop("graph_id")
     uniq, inverse = np.unique(graph_ids, return_inverse=True)
-    categories = pd.Index(np.array([replay_name(int(g)) for g in uniq], dtype=object), dtype=object)
-    names = pd.Categorical.from_codes(inverse.astype(np.int32), categories=categories)
-    replays = pd.DataFrame({**rows, **{c: np.full(len(raw), -1, dtype=np.int64) for c in kernels.columns
-                                       if c not in rows and c not in ("short_name", "demangled_name")}})
+    names = Strings(inverse.reshape(-1).astype(np.int32), np.array([replay_name(int(g)) for g in uniq], dtype=object))
+    replays = Table({**rows, **{c: np.full(len(raw), -1, dtype=np.int64) for c in kernels.columns
+                                if c not in rows and c not in ("short_name", "demangled_name")}})
     replays["short_name"] = names
     replays["demangled_name"] = names
     total_ms = float((rows["end"] - rows["start"]).sum()) / NS_PER_MS
@@ -65,24 +63,23 @@ def with_graph_replays(db: SqliteExport, kernels: pd.DataFrame, warnings: list[s
         "as whole graphs (nsys --cuda-graph-trace=graph, the default): they count as busy compute, but the kernels "
         "inside them were not captured, so kernel mix, GEMM share, launch statistics and LayerNorm blocking are "
         "unknown; capture with `nsys profile --cuda-graph-trace=node` to see each kernel")
-    if not len(kernels):
-        merged = replays[[c for c in kernels.columns]] if len(kernels.columns) else replays
-    else:
-        merged = pd.concat([kernels, replays[kernels.columns]], ignore_index=True)
-        for col in ("short_name", "demangled_name"):
-            merged[col] = pd.api.types.union_categoricals([kernels[col], replays[col]], ignore_order=True)
-    start = merged["start"].to_numpy()
-    return merged.iloc[np.argsort(start, kind="stable")].reset_index(drop=True)
+    if not len(kernels.columns):
+        return replays
+    merged = Table.concat([kernels, replays.select(kernels.columns)]) if len(kernels) else \
+        replays.select(kernels.columns)
+    return merged.sorted_by("start")
 
 
-def replay_mask(kernels: pd.DataFrame) -> np.ndarray:
+def _filled(values: np.ndarray) -> np.ndarray:
+    """An integer column with NULLs (NaN from the reader) as -1."""
+    if values.dtype.kind == "f":
+        return np.where(np.isnan(values), -1, values).astype(np.int64)
+    return values.astype(np.int64, copy=False)
+
+
+def replay_mask(kernels: Table) -> np.ndarray:
     """Rows of ``kernels`` that are whole-graph replays (not kernels)."""
     names = kernels["short_name"]
     if not len(names):
         return np.zeros(0, dtype=bool)
-    cats = names.cat.categories
-    is_replay = np.fromiter((bool(GRAPH_REPLAY.match(str(c))) for c in cats), dtype=bool, count=len(cats))
-    if not is_replay.any():
-        return np.zeros(len(names), dtype=bool)
-    codes = names.cat.codes.to_numpy()
-    return is_replay[codes] & (codes >= 0)
+    return names.where(lambda name: bool(GRAPH_REPLAY.match(str(name))))

@@ -32,16 +32,14 @@ import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, Any
 
 import msgspec
 import numpy as np
 
 from perfdoctor.errors import InputError
 from perfdoctor.model import GpuInfo, Timeline, TraceInfo
-
-if TYPE_CHECKING:
-    import pandas as pd
+from perfdoctor.table import Strings, Table
 
 FORMAT = "kineto-json"
 GZIP_MAGIC = b"\x1f\x8b"
@@ -403,8 +401,6 @@ def _merge_top(*tops: _Top) -> dict[str, Any]:
 
 
 def _build(c: _Collector, meta: dict[str, Any]) -> tuple[TraceInfo, list[Timeline]]:
-    import pandas as pd
-
     path = c.path
     n_kernels = len(c.cols.get("kernel.ts", np.float64))
     n_copies = len(c.cols.get("memcpy.ts", np.float64)) + len(c.cols.get("memset.ts", np.float64))
@@ -440,34 +436,33 @@ def _build(c: _Collector, meta: dict[str, Any]) -> tuple[TraceInfo, list[Timelin
     if pids.size > 1:
         warnings.append(f"events of {pids.size} host processes; CUDA calls and ranges of pid {host_pid} are used")
 
-    def host_table(prefix: str) -> pd.DataFrame:
+    def host_table(prefix: str) -> tuple[Table, np.ndarray]:
         start, end = ns(prefix)
         pid = c.cols.get(f"{prefix}.pid", np.int64)
         mine = pid == host_pid
         tid = gpid | (c.cols.get(f"{prefix}.tid", np.int64) & ID_MASK)
-        return pd.DataFrame({"start": start[mine], "end": end[mine], "tid": tid[mine]}), mine
+        return Table({"start": start[mine], "end": end[mine], "tid": tid[mine]}), mine
 
     api, mine = host_table("api")
     api["correlation_id"] = c.cols.get("api.corr", np.int64)[mine]
     api["name"] = _categorical(c.cols.get("api.name", np.int64)[mine], strings)
     api["event_class"] = c.cols.get("api.driver", np.int64)[mine]
-    api = api.sort_values("start", kind="stable").reset_index(drop=True)
+    api = api.sorted_by("start")
 
     ranges, mine = host_table("range")
     n = len(ranges)
-    nvtx = pd.DataFrame({
+    nvtx = Table({
         "start": ranges["start"], "end": ranges["end"], "event_type": np.full(n, NVTX_PUSH_POP, dtype=np.int64),
-        "tid": ranges["tid"], "end_tid": np.full(n, -1, dtype=np.int64), "domain": pd.Series([None] * n, dtype=object),
-        "text": pd.Series(strings[c.cols.get("range.name", np.int64)[mine]], dtype=object),
+        "tid": ranges["tid"], "end_tid": np.full(n, -1, dtype=np.int64), "domain": np.full(n, None, dtype=object),
+        "text": np.asarray(strings[c.cols.get("range.name", np.int64)[mine]], dtype=object),
         "range_id": np.full(n, -1, dtype=np.int64), "category": np.full(n, -1, dtype=np.int64),
         "int_value": np.full(n, -1, dtype=np.int64), "double_value": np.full(n, np.nan),
-    }).sort_values("start", kind="stable").reset_index(drop=True)
+    }).sorted_by("start")
 
     kernels = _kernels(c, ns, strings, gpid)
     memcpy = _device_frame(c, "memcpy", ns, gpid, {"bytes": "memcpy.bytes", "copy_kind": "memcpy.kind"})
     memset = _device_frame(c, "memset", ns, gpid, {"bytes": "memset.bytes"})
-    sync = pd.DataFrame({col: pd.Series(dtype="int64") for col in
-                         ("start", "end", "stream", "correlation_id", "sync_type")})
+    sync = Table.empty(("start", "end", "stream", "correlation_id", "sync_type"))
 
     gpus = _gpus(meta.get("deviceProperties"))
     info = TraceInfo(
@@ -496,31 +491,27 @@ def _build(c: _Collector, meta: dict[str, Any]) -> tuple[TraceInfo, list[Timelin
     return info, timelines
 
 
-def _on(frame: pd.DataFrame, device: int) -> pd.DataFrame:
-    return frame[frame["device_id"].to_numpy() == device].reset_index(drop=True)
+def _on(frame: Table, device: int) -> Table:
+    keep = frame["device_id"] == device
+    return frame if keep.all() else frame.take(keep)
 
 
-def _categorical(codes: np.ndarray, strings: np.ndarray, clean: Any = None) -> pd.Categorical:
-    """Codes into the file's string list → a categorical over the distinct names used."""
-    import pandas as pd
-
+def _categorical(codes: np.ndarray, strings: np.ndarray, clean: Any = None) -> Strings:
+    """Codes into the file's string list → dictionary-encoded text over the distinct names used."""
     used, inverse = np.unique(codes, return_inverse=True)
     values = np.array([clean(s) if clean else s for s in strings[used]], dtype=object) if used.size else \
         np.zeros(0, dtype=object)
     cats, remap = np.unique(values, return_inverse=True) if values.size else (values, np.zeros(0, dtype=np.int64))
-    return pd.Categorical.from_codes(remap[inverse] if used.size else np.zeros(0, dtype=np.int64),
-                                     categories=pd.Index(cats, dtype=object))
+    return Strings(remap[inverse.reshape(-1)].astype(np.int32) if used.size else np.zeros(0, dtype=np.int32), cats)
 
 
-def _kernels(c: _Collector, ns: Any, strings: np.ndarray, gpid: int) -> pd.DataFrame:
-    import pandas as pd
-
+def _kernels(c: _Collector, ns: Any, strings: np.ndarray, gpid: int) -> Table:
     from perfdoctor.classify.kernels import short_kernel_name
 
     start, end = ns("kernel")
     names = c.cols.get("kernel.name", np.int64)
     dims = {kind: c.cols.get(f"kernel.{kind}", np.int64).reshape(-1, 3) for kind in ("grid", "block")}
-    frame = pd.DataFrame({
+    frame = Table({
         "start": start, "end": end, "stream": c.cols.get("kernel.stream", np.int64),
         "correlation_id": c.cols.get("kernel.corr", np.int64),
         "launch_type": np.zeros(start.size, dtype=np.int64),  # Kineto does not record cooperative launches
@@ -533,26 +524,21 @@ def _kernels(c: _Collector, ns: Any, strings: np.ndarray, gpid: int) -> pd.DataF
     if c.pg:
         pg_name, pg_desc = c.cols.get("kernel.pg_name", np.int64), c.cols.get("kernel.pg_desc", np.int64)
         text = np.append(strings, None)  # code −1 → None
-        frame["pg_name"] = pd.Series(text[pg_name], dtype=object)
-        frame["pg_desc"] = pd.Series(text[pg_desc], dtype=object)
+        frame["pg_name"] = np.asarray(text[pg_name], dtype=object)
+        frame["pg_desc"] = np.asarray(text[pg_desc], dtype=object)
         frame["pg_size"] = c.cols.get("kernel.pg_size", np.int64)
         frame["msg_bytes"] = c.cols.get("kernel.msg_bytes", np.int64)
-    order = np.argsort(start, kind="stable")
-    if not np.all(order[1:] > order[:-1]):
-        frame = frame.iloc[order].reset_index(drop=True)
-    return frame
+    return frame.sorted_by("start")
 
 
-def _device_frame(c: _Collector, prefix: str, ns: Any, gpid: int, extra: dict[str, str]) -> pd.DataFrame:
-    import pandas as pd
-
+def _device_frame(c: _Collector, prefix: str, ns: Any, gpid: int, extra: dict[str, str]) -> Table:
     start, end = ns(prefix)
-    frame = pd.DataFrame({"start": start, "end": end, "stream": c.cols.get(f"{prefix}.stream", np.int64),
+    frame = Table({"start": start, "end": end, "stream": c.cols.get(f"{prefix}.stream", np.int64),
                           "correlation_id": c.cols.get(f"{prefix}.corr", np.int64),
                           **{k: c.cols.get(v, np.int64) for k, v in extra.items()},
                           "device_id": c.cols.get(f"{prefix}.device", np.int64),
                           "global_pid": np.full(start.size, gpid, dtype=np.int64)})
-    return frame.sort_values("start", kind="stable").reset_index(drop=True)
+    return frame.sorted_by("start")
 
 
 def _gpus(props: Any) -> dict[int, GpuInfo]:

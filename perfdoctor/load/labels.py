@@ -12,10 +12,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from perfdoctor.memo import per_object
+from perfdoctor.table import Table, factorize
 
 if TYPE_CHECKING:
-    import pandas as pd
-
     from perfdoctor.model import Timeline
 
 DOMAIN = "perfdoctor"
@@ -31,50 +30,52 @@ def parse_label(text: str) -> tuple[str, dict[str, str]]:
     return kind, fields
 
 
-def labelled(nvtx: pd.DataFrame, kind: str) -> pd.DataFrame:
-    """Rows of ``nvtx`` in the perfdoctor domain whose message starts with ``kind`` (the index kept:
-    row positions in ``nvtx``, whose index is a plain range).
+def labelled(nvtx: Table, kind: str) -> Table:
+    """Rows of ``nvtx`` in the perfdoctor domain whose message starts with ``kind``."""
+    return nvtx.take(labelled_rows(nvtx, kind))
+
+
+def labelled_rows(nvtx: Table, kind: str) -> np.ndarray:
+    """Positions in ``nvtx`` of :func:`labelled`'s rows.
 
     Messages repeat (every step, every layer), so each distinct message's kind is found once per table
     and each call compares kinds, not messages.
     """
     if not len(nvtx):
-        return nvtx
+        return np.zeros(0, dtype=np.int64)
     codes, _ = message_codes(nvtx)
     rows = _our_rows(nvtx)
-    return nvtx.iloc[rows[_message_kinds(nvtx)[codes[rows]] == kind]]
+    return rows[_message_kinds(nvtx)[codes[rows]] == kind]
 
 
-def matching(nvtx: pd.DataFrame, pattern: re.Pattern[str]) -> pd.DataFrame:
+def matching(nvtx: Table, pattern: re.Pattern[str]) -> Table:
     """Rows of ``nvtx`` (any domain) whose message matches ``pattern``; each distinct message tested once."""
     if not len(nvtx):
         return nvtx
     codes, uniques = message_codes(nvtx)
     hit = np.array([isinstance(t, str) and bool(pattern.match(t)) for t in uniques] + [False])
-    return nvtx.iloc[np.flatnonzero(hit[codes])]
+    return nvtx.take(np.flatnonzero(hit[codes]))
 
 
 @per_object
-def message_codes(nvtx: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+def message_codes(nvtx: Table) -> tuple[np.ndarray, np.ndarray]:
     """Per row, the index of its message among the table's distinct messages (−1: no text, which
     indexes one past the end), and those messages: one hash pass per table, then per-message work."""
-    import pandas as pd
-
-    codes, uniques = pd.factorize(nvtx["text"].to_numpy(dtype=object))
+    codes, uniques = factorize(nvtx.col("text", dtype=object))
     return codes, np.asarray(uniques, dtype=object)
 
 
 @per_object
-def _message_kinds(nvtx: pd.DataFrame) -> np.ndarray:
+def _message_kinds(nvtx: Table) -> np.ndarray:
     """The kind (first word) of each distinct message, ``None`` for no text (last: code −1)."""
     _, uniques = message_codes(nvtx)
     return np.array([t.partition(" ")[0] if isinstance(t, str) else None for t in uniques] + [None], dtype=object)
 
 
 @per_object
-def _our_rows(nvtx: pd.DataFrame) -> np.ndarray:
+def _our_rows(nvtx: Table) -> np.ndarray:
     """Rows of the perfdoctor domain, once per table."""
-    return np.flatnonzero(nvtx["domain"].to_numpy(dtype=object) == DOMAIN)
+    return np.flatnonzero(nvtx.col("domain", dtype=object) == DOMAIN)
 
 
 def rank_mark(timeline: Timeline) -> dict[str, int] | None:

@@ -30,9 +30,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-if TYPE_CHECKING:
-    import pandas as pd
+from perfdoctor.table import Table
 
+if TYPE_CHECKING:
+    from perfdoctor.load.nsys import StringIds
     from perfdoctor.load.sqlite_export import SqliteExport
 
 HEADER = struct.Struct("<4Q")  # domainId, schemaId, payloadSize, payloadOffset
@@ -54,14 +55,12 @@ class _Schema:
     fields: tuple[tuple[str, int, struct.Struct], ...]  # (column, offset, reader)
 
 
-def read_payloads(db: SqliteExport, strings: pd.Series) -> tuple[pd.DataFrame, int]:
+def read_payloads(db: SqliteExport, strings: StringIds) -> tuple[Table, int]:
     """Decoded NCCL payload events (columns ``COLUMNS``; ``comm`` is the unsigned id as ``uint64``,
     other unknown values −1) and how many payloads could not be decoded. Empty when the export has no
     payload blobs."""
-    import pandas as pd
-
-    empty = pd.DataFrame({c: pd.Series(dtype="uint64" if c == "comm" else object if c == "name" else "int64")
-                          for c in COLUMNS})
+    dtypes = {c: np.uint64 if c == "comm" else object if c == "name" else np.int64 for c in COLUMNS}
+    empty = Table({c: np.zeros(0, dtype=dtypes[c]) for c in COLUMNS}, rows=0)
     if not (db.has("NVTX_EVENTS", "binaryData") and db.has("NVTX_PAYLOAD_SCHEMA_ENTRIES")) or _blobs_left_out(db):
         return empty, 0
     schemas = _schemas(db)
@@ -87,8 +86,8 @@ def read_payloads(db: SqliteExport, strings: pd.Series) -> tuple[pd.DataFrame, i
             out[column].append(decoded.get(column, -1))
     if not out["start"]:
         return empty, bad
-    frame = pd.DataFrame({c: np.asarray(out[c], dtype=empty[c].dtype) for c in COLUMNS})
-    return frame.sort_values("start", kind="stable").reset_index(drop=True), bad
+    frame = Table({c: np.asarray(out[c], dtype=dtypes[c]) for c in COLUMNS})
+    return frame.sorted_by("start"), bad
 
 
 def _blobs_left_out(db: SqliteExport) -> bool:

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING
-
 import numpy as np
 
 from perfdoctor.errors import InputError
@@ -21,9 +19,7 @@ from perfdoctor.load.graph_trace import with_graph_replays
 from perfdoctor.load.nccl_payload import read_payloads
 from perfdoctor.load.sqlite_export import SqliteExport
 from perfdoctor.model import GpuInfo, Timeline, TraceInfo
-
-if TYPE_CHECKING:
-    import pandas as pd
+from perfdoctor.table import Strings, Table, factorize
 
 # Newest export schema we have seen documented (nsys 2026.5); newer ones are read with a warning.
 KNOWN_SCHEMA = (3, 30)
@@ -52,6 +48,7 @@ MEMSET_TABLE = "CUPTI_ACTIVITY_KIND_MEMSET"
 SYNC_TABLE = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"
 CUDA_TABLES = (KERNEL_TABLE, RUNTIME_TABLE, MEMCPY_TABLE, MEMSET_TABLE)
 
+NAME_COLUMNS = ("short_name", "demangled_name", "name")  # dictionary-encoded text (table.Strings)
 _API_VERSION_SUFFIX = re.compile(r"_v\d+$")
 _ENV_ROW = re.compile(r"^PROCESS_\d+:ENVIRONMENT_VARIABLE$")
 
@@ -229,7 +226,7 @@ def read_timelines(db: SqliteExport, info: TraceInfo, *, detail: bool = True) ->
     keys: list[tuple[int, int | None]] = sorted({pair for t in (kernels, memcpy, memset) for pair in _pairs(t)})
     if not keys:
         # CPU-only capture: one timeline per process that wrote NVTX ranges.
-        gpids = sorted({int(g) for g in (nvtx["tid"].to_numpy() & PID_MASK)}) if len(nvtx) else []
+        gpids = sorted({int(g) for g in np.unique(nvtx["tid"] & PID_MASK)}) if len(nvtx) else []
         keys = [(g, None) for g in gpids]
         if not info.has_cuda:
             info.warnings.append(
@@ -244,7 +241,7 @@ def read_timelines(db: SqliteExport, info: TraceInfo, *, detail: bool = True) ->
              "nccl": nccl}
     timelines = []
     for gpid, dev in keys:
-        parts = {name: _part(by_pid[name].get(gpid, frame.iloc[0:0]), dev) for name, frame in empty.items()}
+        parts = {name: _part(by_pid[name].get(gpid, frame.take(slice(0, 0))), dev) for name, frame in empty.items()}
         timelines.append(Timeline(
             trace=info, pid=pid_of(gpid), global_pid=gpid, device_id=dev, **parts,
             thread_names={t: n for t, n in thread_names.items() if (t & PID_MASK) == gpid},
@@ -253,85 +250,103 @@ def read_timelines(db: SqliteExport, info: TraceInfo, *, detail: bool = True) ->
     return timelines
 
 
-def _pairs(table: pd.DataFrame) -> list[tuple[int, int]]:
-    """Distinct (globalPid, device) of a table: one hash pass over an int64 key (globalPid's low 24 bits
-    are clear, so ``globalPid | device`` is one), instead of a frame-wide drop_duplicates."""
-    import pandas as pd
-
+def _pairs(table: Table) -> list[tuple[int, int]]:
+    """Distinct (globalPid, device) of a table: one pass over an int64 key (globalPid's low 24 bits
+    are clear, so ``globalPid | device`` is one), instead of distinct rows of two columns."""
     if not len(table):
         return []
-    device = table["device_id"].to_numpy()
+    device = table["device_id"]
     if device.min() < 0 or device.max() > ID_MASK:  # never in nsys' data: keep the pair exact anyway
-        return list({(int(p), int(d)) for p, d in zip(table["global_pid"].to_numpy(), device)})
-    keys = pd.unique(table["global_pid"].to_numpy() | device)
+        return list({(int(p), int(d)) for p, d in zip(table["global_pid"], device)})
+    key = table["global_pid"] | device
+    keys = key[:1] if key.min() == key.max() else np.unique(key)
     return [(int(k) & PID_MASK, int(k) & ID_MASK) for k in keys]
 
 
-def _part(rows: pd.DataFrame, device: int | None) -> pd.DataFrame:
+def _part(rows: Table, device: int | None) -> Table:
     """A process's rows of one table, restricted to one device where the table has devices."""
-    if device is not None and "device_id" in rows.columns:
-        keep = rows["device_id"].to_numpy() == device
+    if device is not None and "device_id" in rows:
+        keep = rows["device_id"] == device
         if not keep.all():  # one device per process (the usual case): no copy
-            rows = rows[keep]
-    return rows.reset_index(drop=True)
+            rows = rows.take(keep)
+    return rows
 
 
-def _group_by_pid(table: pd.DataFrame, *, by_tid: bool) -> dict[int, pd.DataFrame]:
-    """Split a table by globalPid once (not once per timeline)."""
+def _group_by_pid(table: Table, *, by_tid: bool) -> dict[int, Table]:
+    """Split a table by globalPid once (not once per timeline), each part in the table's row order."""
     if not len(table):
         return {}
-    key = (table["tid"].to_numpy() & PID_MASK) if by_tid else table["global_pid"].to_numpy()
-    if key.min() == key.max():  # one process per file (the usual case): no groupby, no copy
+    key = (table["tid"] & PID_MASK) if by_tid else table["global_pid"]
+    if key.min() == key.max():  # one process per file (the usual case): no split, no copy
         return {int(key[0]): table}
-    return {int(k): g for k, g in table.groupby(key, sort=False)}
+    codes, keys = factorize(key)
+    order = np.argsort(codes, kind="stable")
+    bounds = np.searchsorted(codes[order], np.arange(keys.size + 1))
+    return {int(k): table.take(order[bounds[i]:bounds[i + 1]]) for i, k in enumerate(keys)}
 
 
-def _strings(db: SqliteExport) -> pd.Series:
-    """``StringIds`` as a Series indexed by id."""
-    import pandas as pd
+class StringIds:
+    """``StringIds``: the text of each string id (ids are small dense integers, so an array by id)."""
 
+    def __init__(self, ids: np.ndarray, values: np.ndarray) -> None:
+        ids = ids.astype(np.int64, copy=False)
+        self._text = np.full(int(ids.max(initial=-1)) + 1, None, dtype=object)
+        keep = ids >= 0
+        self._text[ids[keep]] = values[keep]
+
+    def lookup(self, ids: np.ndarray) -> np.ndarray:
+        """The text of each id (None for an id the table does not hold)."""
+        ids = np.asarray(ids, dtype=np.int64)
+        inside = (ids >= 0) & (ids < self._text.size)
+        out = np.full(ids.size, None, dtype=object)
+        out[inside] = self._text[ids[inside]]
+        return out
+
+    def get(self, string_id: int | None, default: str | None = None) -> str | None:
+        if string_id is None or not 0 <= int(string_id) < self._text.size or self._text[int(string_id)] is None:
+            return default
+        return self._text[int(string_id)]
+
+
+def _strings(db: SqliteExport) -> StringIds:
     if not db.has("StringIds"):
-        return pd.Series(dtype=object)
+        return StringIds(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=object))
     frame = db.read("StringIds", {"id": "id", "value": "value"})
-    return pd.Series(frame["value"].to_numpy(dtype=object), index=frame["id"].to_numpy())
+    return StringIds(_int(frame, "id"), frame.col("value", dtype=object))
 
 
-def _names(ids: np.ndarray, strings: pd.Series, clean: re.Pattern[str] | None = None) -> pd.Categorical:
-    """Resolve string ids to a categorical: each distinct id is looked up (and cleaned) once.
+def _names(ids: np.ndarray, strings: StringIds, clean: re.Pattern[str] | None = None) -> Strings:
+    """Resolve string ids to dictionary-encoded text: each distinct id is looked up (and cleaned) once.
 
     String ids are small dense integers, so a lookup table maps them to codes in O(n) without sorting.
     """
-    import pandas as pd
-
     ids = np.where(ids < 0, 0, ids)
     present = np.zeros(int(ids.max(initial=0)) + 1, dtype=bool)
     present[ids] = True
     uniq = np.flatnonzero(present)
-    values = strings.reindex(uniq).to_numpy(dtype=object)
+    values = strings.lookup(uniq)
     values = np.array([f"<string {u}>" if not isinstance(v, str) else (clean.sub("", v) if clean else v)
                        for u, v in zip(uniq, values)], dtype=object)
     # Cleaning can merge names (cudaLaunchKernel_v7000 / _v11000): categories must stay unique.
     cats, remap = np.unique(values, return_inverse=True)
     code_of_id = np.zeros(present.size, dtype=np.int32)
     code_of_id[uniq] = remap
-    return pd.Categorical.from_codes(code_of_id[ids], categories=pd.Index(cats, dtype=object))
+    return Strings(code_of_id[ids], cats)
 
 
-def _int(frame: pd.DataFrame, column: str, fill: int = -1) -> np.ndarray:
-    """An integer column with NULLs replaced (Arrow → pandas turns nullable ints into floats)."""
+def _int(frame: Table, column: str, fill: int = -1) -> np.ndarray:
+    """An integer column with NULLs replaced (the readers give nullable integers as float with NaN)."""
     col = frame[column]
     if col.dtype.kind in "iu":
-        return col.to_numpy(dtype=np.int64)
-    return col.fillna(fill).to_numpy(dtype=np.int64)
+        return col.astype(np.int64, copy=False)
+    if col.dtype.kind == "f":
+        return np.where(np.isnan(col), fill, col).astype(np.int64)
+    return np.array([fill if v is None or v != v else v for v in col], dtype=np.int64)
 
 
-def _integers(raw: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
-    """The integer columns of a freshly read frame, NULLs filled, without copying intact columns."""
-    out = raw[columns]
-    for c in columns:
-        if out[c].dtype.kind not in "iu":
-            out[c] = _int(raw, c)
-    return out
+def _integers(raw: Table, columns: list[str]) -> Table:
+    """The integer columns of a freshly read table, NULLs filled, without copying intact columns."""
+    return Table({c: _int(raw, c) for c in columns}, rows=len(raw))
 
 
 def _select(db: SqliteExport, table: str, wanted: dict[str, str]) -> dict[str, str]:
@@ -345,7 +360,7 @@ def _select(db: SqliteExport, table: str, wanted: dict[str, str]) -> dict[str, s
     return {out: (src if src in cols else "NULL") for out, src in wanted.items()}
 
 
-def _kernels(db: SqliteExport, strings: pd.Series, detail: bool = True) -> pd.DataFrame:
+def _kernels(db: SqliteExport, strings: StringIds, detail: bool = True) -> Table:
 
     wanted = {
         "start": "start", "end": "end", "device_id": "deviceId", "stream": "streamId",
@@ -362,13 +377,10 @@ def _kernels(db: SqliteExport, strings: pd.Series, detail: bool = True) -> pd.Da
     out = _integers(raw, [c for c in wanted if c not in ("short_id", "demangled_id")])
     out["short_name"] = _names(_int(raw, "short_id"), strings)
     out["demangled_name"] = _names(_int(raw, "demangled_id"), strings)
-    start = out["start"].to_numpy()
-    if not np.all(start[1:] >= start[:-1]):  # sorted once here, so no measurement has to sort again
-        out = out.iloc[np.argsort(start, kind="stable")].reset_index(drop=True)
-    return out
+    return out.sorted_by("start")  # sorted once here, so no measurement has to sort again
 
 
-def _device_table(db: SqliteExport, table: str, extra: dict[str, str]) -> pd.DataFrame:
+def _device_table(db: SqliteExport, table: str, extra: dict[str, str]) -> Table:
 
     wanted = {"start": "start", "end": "end", "device_id": "deviceId", "stream": "streamId",
               "correlation_id": "correlationId", "global_pid": "globalPid", **extra}
@@ -378,7 +390,7 @@ def _device_table(db: SqliteExport, table: str, extra: dict[str, str]) -> pd.Dat
     return _integers(raw, list(wanted))
 
 
-def _api_calls(db: SqliteExport, strings: pd.Series, detail: bool = True) -> pd.DataFrame:
+def _api_calls(db: SqliteExport, strings: StringIds, detail: bool = True) -> Table:
     """CUDA runtime and driver calls, names without the ``_vNNNN`` version suffix."""
 
     wanted = _without_detail({"start": "start", "end": "end", "tid": "globalTid", "correlation_id": "correlationId",
@@ -395,13 +407,12 @@ def _without_detail(wanted: dict[str, str], table: str, detail: bool) -> dict[st
     return wanted if detail else {k: v for k, v in wanted.items() if k not in DETAIL_COLUMNS[table]}
 
 
-def _nvtx(db: SqliteExport, strings: pd.Series, detail: bool = True) -> tuple[pd.DataFrame, dict[int, str]]:
+def _nvtx(db: SqliteExport, strings: StringIds, detail: bool = True) -> tuple[Table, dict[int, str]]:
     """NVTX ranges and marks with their text and domain name resolved; plus NVTX thread names.
 
     Text is ``text`` (ASCII messages) or ``StringIds[textId]`` (registered strings, e.g. Python nvtx).
     Domain ids are per process, so domain names are resolved per (process, domainId).
     """
-    import pandas as pd
 
     columns = [c for c in ("start", "end", "event_type", "tid", "end_tid", "domain", "text", "range_id", "category",
                            "int_value", "double_value") if detail or c not in DETAIL_COLUMNS["nvtx"]]
@@ -421,11 +432,11 @@ def _nvtx(db: SqliteExport, strings: pd.Series, detail: bool = True) -> tuple[pd
         return _empty(columns), {}
     event_type = _int(raw, "event_type")
     text_ids = _int(raw, "text_id")
-    text = raw["text"].to_numpy(dtype=object)
-    missing = pd.isna(text) & (text_ids >= 0)
+    text = raw.col("text", dtype=object)
+    missing = np.array([v is None or v != v for v in text], dtype=bool) & (text_ids >= 0)
     if missing.any():
         text = text.copy()
-        text[missing] = strings.reindex(text_ids[missing]).to_numpy(dtype=object)
+        text[missing] = strings.lookup(text_ids[missing])
     tid = _int(raw, "tid", 0)
     gpid = tid & PID_MASK
     domain_id = _int(raw, "domain_id", 0)
@@ -436,22 +447,22 @@ def _nvtx(db: SqliteExport, strings: pd.Series, detail: bool = True) -> tuple[pd
     thread_names = {int(t): str(n) for t, n in zip(tid[naming], text[naming]) if isinstance(n, str)}
 
     keep = np.isin(event_type, NVTX_KEPT_TYPES)
-    out = pd.DataFrame({
+    out = Table({
         "start": _int(raw, "start")[keep],
         "end": _int(raw, "end")[keep],
         "event_type": event_type[keep],
         "tid": tid[keep],
         "end_tid": _int(raw, "end_tid")[keep],
-        # object dtype: None stays None (the default domain, an unnamed range) instead of becoming NaN.
-        "domain": pd.Series(domain[keep], dtype=object),
-        "text": pd.Series(text[keep], dtype=object),
+        # object arrays: None is the default domain, an unnamed range.
+        "domain": domain[keep],
+        "text": np.array([None if isinstance(v, float) else v for v in text[keep]], dtype=object),
     })
     if detail:
         out["range_id"] = _int(raw, "range_id")[keep]
         out["category"] = _int(raw, "category")[keep]
         out["int_value"] = _first_present(raw, ("int64", "uint64", "int32", "uint32"))[keep]
         out["double_value"] = _first_present(raw, ("double_value", "float_value"), integer=False)[keep]
-    return out.sort_values("start", kind="stable").reset_index(drop=True), thread_names
+    return out.sorted_by("start"), thread_names
 
 
 def _domain_names(gpid: np.ndarray, domain_id: np.ndarray, text: np.ndarray, creates: np.ndarray) -> np.ndarray:
@@ -460,26 +471,24 @@ def _domain_names(gpid: np.ndarray, domain_id: np.ndarray, text: np.ndarray, cre
     Resolved per distinct (process, domain id) pair; the default domain (id 0) is ``None`` and a domain
     whose create row is outside the capture is ``domain#<id>``.
     """
-    import pandas as pd
-
     domain = np.full(gpid.size, None, dtype=object)
     named = domain_id != 0
     if not named.any():
         return domain
     names = {(int(p), int(d)): str(t) for p, d, t in zip(gpid[creates], domain_id[creates], text[creates])}
     # globalPid has its low 24 bits clear, so globalPid | domainId is one int64 key per pair.
-    codes, keys = pd.factorize(gpid[named] | domain_id[named])
+    codes, keys = factorize(gpid[named] | domain_id[named])
     per_pair = np.array([names.get((int(k) & PID_MASK, int(k) & ID_MASK), f"domain#{int(k) & ID_MASK}")
                          for k in keys], dtype=object)
     domain[named] = per_pair[codes]
     return domain
 
 
-def _first_present(raw: pd.DataFrame, cols: tuple[str, ...], *, integer: bool = True) -> np.ndarray:
+def _first_present(raw: Table, cols: tuple[str, ...], *, integer: bool = True) -> np.ndarray:
     """Merge NVTX's scalar payload union (only one of its columns is set per row)."""
     result = np.full(len(raw), np.nan)
     for c in cols:
-        v = raw[c].to_numpy(dtype=float, na_value=np.nan)
+        v = raw.col(c, dtype=float)
         take = np.isnan(result) & ~np.isnan(v)
         result[take] = v[take]
     if integer:
@@ -487,7 +496,7 @@ def _first_present(raw: pd.DataFrame, cols: tuple[str, ...], *, integer: bool = 
     return result
 
 
-def _thread_names(db: SqliteExport, strings: pd.Series) -> dict[int, str]:
+def _thread_names(db: SqliteExport, strings: StringIds) -> dict[int, str]:
     if not db.has("ThreadNames", "nameId"):
         return {}
     rows = db.query("SELECT globalTid, nameId FROM ThreadNames")
@@ -509,7 +518,10 @@ def _osrt_counts(db: SqliteExport) -> dict[int, int]:
     return {int(g): int(n) for g, n in rows}
 
 
-def _empty(columns: list[str]) -> pd.DataFrame:
-    import pandas as pd
-
-    return pd.DataFrame({c: pd.Series(dtype="int64") for c in columns})
+def _empty(columns: list[str]) -> Table:
+    """An empty table: integer columns, and the name columns as (empty) strings."""
+    table = Table.empty(c for c in columns if c not in NAME_COLUMNS)
+    for c in columns:
+        if c in NAME_COLUMNS:
+            table[c] = Strings(np.zeros(0, dtype=np.int32), np.zeros(0, dtype=object))
+    return Table({c: table[c] for c in columns}, rows=0)

@@ -7,7 +7,8 @@ Two connections serve two purposes:
 * connectorx reads the large event tables straight into Arrow columns (chosen by measurement,
   ``benchmarks/bench_readers.py``, in docs/benchmarks.md: about 1.5–1.8× the time of a C-level
   ``SELECT total(...)`` scan, as fast as or faster than ADBC's SQLite driver, against 6–7× for
-  ``sqlite3`` rows turned into numpy).
+  ``sqlite3`` rows turned into numpy); tables of at most :data:`SMALL_TABLE_ROWS` rows go through the
+  read-only ``sqlite3`` connection, which reads them before connectorx and pyarrow would be imported.
 
 connectorx cannot be asked for ``mode=ro``, so it is only handed a file that the read-only
 connection has already opened and validated, and never one with a hot journal or WAL beside it (a
@@ -21,15 +22,17 @@ import sqlite3
 import urllib.parse
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+
+import numpy as np
 
 from perfdoctor.errors import InputError
 from perfdoctor.load.file_kind import not_sqlite_reason
-
-if TYPE_CHECKING:
-    import pandas as pd
+from perfdoctor.table import Table
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
+
+# Event tables up to this many rows are read through sqlite3 (docs/benchmarks.md, "SQLite readers").
+SMALL_TABLE_ROWS = 50_000
 
 
 class SqliteExport:
@@ -87,33 +90,46 @@ class SqliteExport:
         except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
             raise InputError(self._read_error(str(exc))) from None
 
-    def read(self, table: str, columns: Mapping[str, str], where: str | None = None) -> pd.DataFrame:
-        """Bulk-read ``table`` into a DataFrame whose columns are the keys of ``columns``.
+    def read(self, table: str, columns: Mapping[str, str]) -> Table:
+        """Bulk-read ``table`` into a :class:`Table` whose columns are the keys of ``columns``.
 
         ``columns`` maps output name → SQL expression over the table's columns (usually a plain column
-        name). Missing tables give an empty frame with the requested columns. An expression ``NULL``
+        name). Missing tables give an empty table with the requested columns. An expression ``NULL``
         (an optional column this export lacks) becomes an all-NaN column added after the read:
         connectorx cannot type a NULL literal, and a valid export without an optional column is not a
-        corrupt file.
+        corrupt file. Integer columns holding NULLs come back as float with NaN, text as objects.
         """
-        import numpy as np
-        import pandas as pd
-
         if table not in self.tables:
-            return pd.DataFrame({name: pd.Series(dtype="int64") for name in columns})
+            return Table.empty(columns)
         present = {name: expr for name, expr in columns.items() if expr.strip().upper() != "NULL"}
-        filter_ = f" WHERE {where}" if where else ""
         if present:
             select = ", ".join(f"{expr} AS {name}" for name, expr in present.items())
-            frame = self._read_sql(f"SELECT {select} FROM [{table}]{filter_}")
+            sql = f"SELECT {select} FROM [{table}]"
+            read = self._read_arrow if self._rows_at_most(table) > SMALL_TABLE_ROWS else self._read_rows
+            frame = Table(read(sql, list(present)))
         else:
-            rows = self.query(f"SELECT COUNT(*) FROM [{table}]{filter_}")[0][0]
-            frame = pd.DataFrame(index=pd.RangeIndex(rows))
-        for name in columns.keys() - present.keys():
-            frame[name] = np.full(len(frame), np.nan)
-        return frame
+            frame = Table(rows=self.query(f"SELECT COUNT(*) FROM [{table}]")[0][0])
+        out = Table(rows=len(frame))
+        for name in columns:
+            out[name] = frame[name] if name in frame else np.full(len(frame), np.nan)
+        return out
 
-    def _read_sql(self, sql: str) -> pd.DataFrame:
+    def _rows_at_most(self, table: str) -> int:
+        """An upper bound on the rows of an event table without counting them (its largest rowid)."""
+        try:
+            return int(self.query(f"SELECT max(rowid) FROM [{table}]")[0][0] or 0)
+        except InputError:  # a table without rowid: count
+            return int(self.query(f"SELECT COUNT(*) FROM [{table}]")[0][0])
+
+    def _read_rows(self, sql: str, names: list[str]) -> dict[str, np.ndarray]:
+        """A small table through the open sqlite3 connection: for a few thousand rows this is faster than
+        importing connectorx and pyarrow (about 45 ms) to read them."""
+        rows = self.query(sql)
+        if not rows:
+            return {name: np.zeros(0, dtype=np.int64) for name in names}
+        return {name: _column(values) for name, values in zip(names, zip(*rows))}
+
+    def _read_arrow(self, sql: str, names: list[str]) -> dict[str, np.ndarray]:
         import connectorx
 
         url = "sqlite://" + urllib.parse.quote(str(self.path.resolve()))
@@ -124,8 +140,8 @@ class SqliteExport:
                 raise
             msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             raise InputError(self._read_error(msg)) from None
-        # split_blocks: one block per column, no consolidation copy into 2-D blocks.
-        return arrow.to_pandas(split_blocks=True, self_destruct=True)
+        # Integer columns with NULLs become float with NaN, text object arrays (pyarrow's to_numpy).
+        return {name: arrow.column(name).to_numpy() for name in names}
 
     def _read_error(self, message: str) -> str:
         """A failed read as one line: a column this file lacks is a schema mismatch, not corruption."""
@@ -136,3 +152,14 @@ class SqliteExport:
 
     def close(self) -> None:
         self.conn.close()
+
+
+def _column(values: tuple) -> np.ndarray:
+    """One column of sqlite3 rows as numpy: integers int64, numbers with NULLs float with NaN (as the
+    Arrow reader gives them), text and blobs objects."""
+    arr = np.array(values)
+    if arr.dtype.kind in "iuf":
+        return arr
+    if all(v is None or isinstance(v, (int, float)) for v in values):
+        return np.array([np.nan if v is None else v for v in values], dtype=np.float64)
+    return np.array(values, dtype=object)

@@ -9,11 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 
 from perfdoctor.classify.timeline import category_mask
 from perfdoctor.measure import intervals as iv
 from perfdoctor.model import Timeline
+from perfdoctor.table import Table
 
 
 @dataclass(frozen=True)
@@ -28,15 +28,15 @@ class Activity:
 def gpu_activity(tl: Timeline) -> tuple[np.ndarray, np.ndarray]:
     """Starts and ends of everything the device ran: kernels, copies, fills."""
     parts = (tl.kernels, tl.memcpy, tl.memset)
-    return (np.concatenate([p["start"].to_numpy() for p in parts]),
-            np.concatenate([p["end"].to_numpy() for p in parts]))
+    return (np.concatenate([p.col("start") for p in parts]),
+            np.concatenate([p.col("end") for p in parts]))
 
 
-def activity(tl: Timeline, kcls: pd.DataFrame, ccls: pd.DataFrame) -> Activity:
+def activity(tl: Timeline, kcls: Table, ccls: Table) -> Activity:
     k, cp = tl.kernels, tl.memcpy
     k_comm = category_mask(kcls, "comm")
-    c_comm = (ccls["category"] == "comm").to_numpy(dtype=bool) if len(cp) else np.zeros(0, dtype=bool)
-    k_start, k_end = k["start"].to_numpy(), k["end"].to_numpy()
-    comm = iv.union(np.concatenate([k_start[k_comm], cp["start"].to_numpy()[c_comm]]),
-                    np.concatenate([k_end[k_comm], cp["end"].to_numpy()[c_comm]]))
+    c_comm = ccls["category"].mask("comm") if len(cp) else np.zeros(0, dtype=bool)
+    k_start, k_end = k.col("start"), k.col("end")
+    comm = iv.union(np.concatenate([k_start[k_comm], cp.col("start")[c_comm]]),
+                    np.concatenate([k_end[k_comm], cp.col("end")[c_comm]]))
     return Activity(k_comm, c_comm, iv.union(*gpu_activity(tl)), iv.union(k_start[~k_comm], k_end[~k_comm]), comm)

@@ -4,26 +4,26 @@ top kernels. The foundation numbers every later measurement refines (DESIGN §3 
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 
 from perfdoctor.classify.timeline import Coded, class_codes
 from perfdoctor.measure import intervals as iv
 from perfdoctor.measure.activity import Activity, gpu_activity
 from perfdoctor.measure.steps import Steps
 from perfdoctor.model import DeviceSummary, Timeline
+from perfdoctor.table import Table, factorize
 
 TOP_KERNELS = 10
 
 
-def summarize(tl: Timeline, kcls: pd.DataFrame, ccls: pd.DataFrame, act: Activity,
+def summarize(tl: Timeline, kcls: Table, ccls: Table, act: Activity,
               steps: Steps | None) -> DeviceSummary:
     """Breakdown of one timeline; a CPU-only timeline gets its NVTX window and zero GPU numbers.
 
     ``kcls``/``ccls`` are the taxonomy of its kernels and copies (:mod:`perfdoctor.classify.timeline`).
     """
     k, cp, ms = tl.kernels, tl.memcpy, tl.memset
-    k_dur = (k["end"] - k["start"]).to_numpy()
-    c_dur = (cp["end"] - cp["start"]).to_numpy()
+    k_dur = k["end"] - k["start"]
+    c_dur = cp["end"] - cp["start"]
 
     window = activity_window(tl)
 
@@ -41,8 +41,9 @@ def summarize(tl: Timeline, kcls: pd.DataFrame, ccls: pd.DataFrame, act: Activit
     _, libraries = _merge_tallies(_tally(kc["library"], k_dur, k_comm), _tally(cc["library"], c_dur, c_comm))
 
     nvtx = tl.nvtx
-    is_mark = nvtx["end"].to_numpy() < 0 if len(nvtx) else np.zeros(0, dtype=bool)
-    domains = nvtx["domain"].fillna("(default)").to_numpy(dtype=object) if len(nvtx) else np.zeros(0, dtype=object)
+    is_mark = nvtx.col("end") < 0 if len(nvtx) else np.zeros(0, dtype=bool)
+    domains = np.array(["(default)" if d is None else d for d in nvtx.col("domain", dtype=object)], dtype=object) \
+        if len(nvtx) else np.zeros(0, dtype=object)
     gpu = tl.gpu
     return DeviceSummary(
         rank=tl.rank if tl.rank is not None else -1,
@@ -81,8 +82,8 @@ def activity_window(tl: Timeline) -> tuple[int, int] | None:
     if starts.size:
         return int(starts.min()), int(ends.max())
     if len(tl.nvtx):
-        s = tl.nvtx["start"].to_numpy()
-        e = np.maximum(tl.nvtx["end"].to_numpy(), s)
+        s = tl.nvtx.col("start")
+        e = np.maximum(tl.nvtx.col("end"), s)
         return int(s.min()), int(e.max())
     return None
 
@@ -114,16 +115,16 @@ def _merge_tallies(*tallies: tuple[dict[str, int], dict[str, int]]) -> tuple[dic
 def _count_by(keys: np.ndarray) -> dict[str, int]:
     if not keys.size:
         return {}
-    codes, uniques = pd.factorize(keys)
+    codes, uniques = factorize(keys)
     counts = np.bincount(codes, minlength=len(uniques))
     return {str(u): int(c) for u, c in zip(uniques, counts)}
 
 
-def _streams(k: pd.DataFrame, dur: np.ndarray, comm: np.ndarray) -> list[dict[str, int]]:
+def _streams(k: Table, dur: np.ndarray, comm: np.ndarray) -> list[dict[str, int]]:
     """Kernels and ns per stream (all and comm), busiest stream first."""
     if not len(k):
         return []
-    inverse, streams = pd.factorize(k["stream"].to_numpy())
+    inverse, streams = factorize(k.col("stream"))
     dur = dur.astype(np.float64)
     kernels = np.bincount(inverse, minlength=len(streams))
     ns = np.bincount(inverse, weights=dur, minlength=len(streams))
@@ -134,11 +135,11 @@ def _streams(k: pd.DataFrame, dur: np.ndarray, comm: np.ndarray) -> list[dict[st
             for i in np.argsort(-ns, kind="stable")]
 
 
-def _top_kernels(k: pd.DataFrame, kcls: pd.DataFrame, dur: np.ndarray) -> list[dict]:
+def _top_kernels(k: Table, kcls: Table, dur: np.ndarray) -> list[dict]:
     if not len(k):
         return []
-    codes = k["short_name"].cat.codes.to_numpy()
-    names = k["short_name"].cat.categories
+    codes = k["short_name"].codes
+    names = k["short_name"].values
     totals = np.bincount(codes, weights=dur.astype(np.float64), minlength=len(names))
     counts = np.bincount(codes, minlength=len(names))
     category_codes, categories = class_codes(kcls)["category"]

@@ -19,7 +19,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-import pandas as pd
 
 from perfdoctor.classify.communicators import communicators
 from perfdoctor.classify.groups import GROUPS, GroupLabels
@@ -28,6 +27,7 @@ from perfdoctor.measure.activity import Activity
 from perfdoctor.measure.host import CAUSES, HostGaps
 from perfdoctor.measure.steps import Steps
 from perfdoctor.model import Timeline
+from perfdoctor.table import Table, factorize
 
 # CUDA API calls shorter than this are launch overhead, not "what the CPU was doing" before an arrival.
 LONG_CALL_NS = 100_000
@@ -62,17 +62,16 @@ class Collectives:
 def collectives(tl: Timeline, act: Activity, steps: Steps, groups: GroupLabels, gaps: HostGaps) -> Collectives:
     """The collective instances of ``tl`` with their context (see the module docstring)."""
     k = tl.kernels
-    k_start, k_end = k["start"].to_numpy(), k["end"].to_numpy()
+    k_start, k_end = k.col("start"), k.col("end")
     idx = np.flatnonzero(groups.codes >= 0)  # kernels are sorted by start, so instances are too
     group = groups.codes[idx].astype(np.int8)
     comms = communicators(tl, idx)
     of = comms.of_kernel[idx]
     comm = np.where(of >= 0, comms.ids[np.maximum(of, 0)] if comms.ids.size else 0, 0).astype(np.uint64)
-    stream_ids = k["stream"].to_numpy()[idx]
-    frame = pd.DataFrame({"g": group, "c": comm, "s": stream_ids})
-    stream_place = frame.groupby(["g", "c"])["s"].rank(method="dense").to_numpy(dtype=np.int16) - 1
-    frame["p"] = stream_place
-    seq = frame.groupby(["g", "c", "p"]).cumcount().to_numpy(dtype=np.int32)
+    stream_ids = k.col("stream")[idx]
+    pair = _pair_codes(group, comm)
+    stream_place = _dense_rank_within(pair, stream_ids).astype(np.int16)
+    seq = _cumcount(pair * (int(stream_place.max(initial=0)) + 1) + stream_place).astype(np.int32)
     start, end = k_start[idx], k_end[idx]
 
     # The interval before each arrival: from the previous instance of the same group ends (or the step
@@ -108,10 +107,41 @@ def collectives(tl: Timeline, act: Activity, steps: Steps, groups: GroupLabels, 
     )
 
 
-def _long_calls(api: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _long_calls(api: Table) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The CUDA API calls long enough to be what a late rank's CPU was doing (few: kept whole)."""
     if not len(api):
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=object)
-    s, e = api["start"].to_numpy(), api["end"].to_numpy()
+    s, e = api.col("start"), api.col("end")
     long = np.flatnonzero(e - s >= LONG_CALL_NS)
-    return s[long], e[long], api["name"].to_numpy(dtype=object)[long].astype(str).astype(object)
+    return s[long], e[long], api.col("name", dtype=object)[long].astype(str).astype(object)
+
+
+def _pair_codes(group: np.ndarray, comm: np.ndarray) -> np.ndarray:
+    """One integer per distinct (group, communicator) pair."""
+    group_codes, _ = factorize(group)
+    comm_codes, comms = factorize(comm)
+    return group_codes * max(comms.size, 1) + comm_codes
+
+
+def _dense_rank_within(key: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Per row, the place of its value among the distinct values of its key's rows (0, 1, …; ascending)."""
+    if not key.size:
+        return np.zeros(0, dtype=np.int64)
+    value_codes, distinct = factorize(values, sort=True)
+    combined = key.astype(np.int64) * max(distinct.size, 1) + value_codes
+    uniq, inverse = np.unique(combined, return_inverse=True)
+    block = uniq // max(distinct.size, 1)
+    first = np.searchsorted(block, block, side="left")
+    return (np.arange(uniq.size) - first)[inverse.reshape(-1)]
+
+
+def _cumcount(key: np.ndarray) -> np.ndarray:
+    """Per row, how many earlier rows share its key (0, 1, … in row order)."""
+    if not key.size:
+        return np.zeros(0, dtype=np.int64)
+    order = np.argsort(key, kind="stable")
+    sorted_key = key[order]
+    first = np.searchsorted(sorted_key, sorted_key, side="left")
+    out = np.empty(key.size, dtype=np.int64)
+    out[order] = np.arange(key.size) - first
+    return out

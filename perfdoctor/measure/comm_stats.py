@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from perfdoctor.classify.groups import GROUPS, GroupLabels
 from perfdoctor.classify.timeline import class_codes, name_pairs
 from perfdoctor.measure.steps import Steps
+from perfdoctor.table import Table, factorize
 
 REDUCTIONS = ("all_reduce", "reduce_scatter", "reduce")
 _DTYPE = re.compile(
@@ -58,7 +58,7 @@ def dtype_of(name: str) -> str | None:
     return _CANON.get(m.group(1), m.group(1)) if m else None
 
 
-def comm_stats(kernels: pd.DataFrame, kcls: pd.DataFrame, groups: GroupLabels,
+def comm_stats(kernels: Table, kcls: Table, groups: GroupLabels,
                steps: Steps) -> dict[str, GroupCommStats]:
     """Stats per labelled group (groups without kernels are absent). Works on the labelled comm
     kernels only, with data types read once per distinct name and collectives as integer codes."""
@@ -68,13 +68,13 @@ def comm_stats(kernels: pd.DataFrame, kcls: pd.DataFrame, groups: GroupLabels,
     inverse, shorts, demangleds = name_pairs(kernels)
     pairs, pair_of = np.unique(inverse[labelled], return_inverse=True)  # the names comm kernels use
     dtypes = [(demangleds[p] and dtype_of(demangleds[p])) or dtype_of(shorts[p]) for p in pairs]
-    dtype_codes, dtype_names = pd.factorize(np.array(dtypes, dtype=object))  # None → −1
+    dtype_codes, dtype_names = factorize(np.array(dtypes, dtype=object))  # None → −1
     dtype = dtype_codes[pair_of]
     coll_codes, colls = class_codes(kcls)["collective"]
     collective = coll_codes[labelled]
     is_reduction = np.isin(collective, [i for i, c in enumerate(colls) if c in REDUCTIONS])
-    start = kernels["start"].to_numpy()[labelled]
-    dur_ms = (kernels["end"].to_numpy()[labelled] - start) / 1e6
+    start = kernels.col("start")[labelled]
+    dur_ms = (kernels.col("end")[labelled] - start) / 1e6
     code = groups.codes[labelled]
     out: dict[str, GroupCommStats] = {}
     for i, g in enumerate(GROUPS):

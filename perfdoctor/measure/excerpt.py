@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from perfdoctor.classify.groups import GROUPS, GroupLabels
 from perfdoctor.classify.timeline import class_codes
@@ -25,6 +24,7 @@ from perfdoctor.measure.host import CAUSES, host_gaps
 from perfdoctor.measure.layernorm import blocked_norms
 from perfdoctor.measure.steps import Steps
 from perfdoctor.model import Timeline
+from perfdoctor.table import Table
 
 WIDTH_PX = 1600  # the plot's drawing width the merge threshold is computed for
 MAX_RECTS = 4000  # per timeline, kernels after merging
@@ -57,7 +57,7 @@ def representative_step(steps: Steps) -> int:
     return int(order[(len(order) - 1) // 2])
 
 
-def excerpt(tl: Timeline, kcls: pd.DataFrame, act: Activity, steps: Steps, groups: GroupLabels,
+def excerpt(tl: Timeline, kcls: Table, act: Activity, steps: Steps, groups: GroupLabels,
             config: dict[str, Any], width_px: int = WIDTH_PX, max_rects: int = MAX_RECTS) -> Excerpt | None:
     """The excerpt of one timeline, or None when it has no kernels or no steps."""
     if tl.device_id is None or not len(steps) or not len(tl.kernels):
@@ -66,19 +66,19 @@ def excerpt(tl: Timeline, kcls: pd.DataFrame, act: Activity, steps: Steps, group
     lo, hi = int(steps.starts[i]), int(steps.ends[i])
     one = Steps(np.array([lo], dtype=np.int64), np.array([hi], dtype=np.int64), steps.source)
     k = tl.kernels
-    start, end = k["start"].to_numpy(), k["end"].to_numpy()
+    start, end = k.col("start"), k.col("end")
     inside = np.flatnonzero((end > lo) & (start < hi))
     out = Excerpt(rank=int(tl.rank or 0), step_index=i, step_count=len(steps), step_start_ns=lo,
                   step_ms=(hi - lo) / 1e6, kernels=int(inside.size), pixel_us=0.0)
     category_codes, categories = class_codes(kcls)["category"]
     category = np.array(categories, dtype=object)[category_codes[inside]]
-    names = k["short_name"].astype(object).to_numpy()
+    names = k.col("short_name")
     # Widen the pixel until the cap holds; if alternating categories still exceed it when a pixel is the
     # whole step, merge narrow kernels across categories too (drawn as "mixed").
     for mixed in (False, True):
         pixel = max((hi - lo) / width_px, 1.0)
         while True:
-            rects = _merge(start[inside], end[inside], k["stream"].to_numpy()[inside], category,
+            rects = _merge(start[inside], end[inside], k.col("stream")[inside], category,
                            names[inside], pixel, mixed)
             if len(rects["start"]) <= max_rects or pixel > hi - lo:
                 break
@@ -125,11 +125,11 @@ def _merge(start: np.ndarray, end: np.ndarray, stream: np.ndarray, category: np.
             "name": name[head], "count": np.diff(np.append(first, n))}
 
 
-def _highlights(tl: Timeline, kcls: pd.DataFrame, act: Activity, one: Steps, groups: GroupLabels,
+def _highlights(tl: Timeline, kcls: Table, act: Activity, one: Steps, groups: GroupLabels,
                 config: dict[str, Any], pixel: float) -> list[dict[str, Any]]:
     lo, hi = int(one.starts[0]), int(one.ends[0])
     k = tl.kernels
-    start, end = k["start"].to_numpy(), k["end"].to_numpy()
+    start, end = k.col("start"), k.col("end")
     rows: list[dict[str, Any]] = []
 
     def add(kind: str, label: str, spans: iv.Intervals, stream: int | None = None) -> None:

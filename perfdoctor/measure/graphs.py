@@ -34,7 +34,7 @@ def graph_metrics(tl: Timeline, steps: Steps) -> dict[str, Any]:
     if not len(steps):
         return {}
     durations = steps.durations.astype(np.float64)
-    launches = np.sort(tl.api["start"].to_numpy()[_graph_launches(tl.api["name"])]) if len(tl.api) else \
+    launches = np.sort(tl.api.col("start")[_graph_launches(tl.api["name"])]) if len(tl.api) else \
         np.zeros(0, dtype=np.int64)
     per_step = np.searchsorted(launches, steps.ends) - np.searchsorted(launches, steps.starts)
     out: dict[str, Any] = {"graphs.launches_per_step": float(np.median(per_step))}
@@ -44,7 +44,7 @@ def graph_metrics(tl: Timeline, steps: Steps) -> dict[str, Any]:
         return out
     k = tl.kernels
     covered = iv.overlap_per_interval(steps.starts, steps.ends,
-                                      iv.union(k["start"].to_numpy()[replays], k["end"].to_numpy()[replays]))
+                                      iv.union(k.col("start")[replays], k.col("end")[replays]))
     safe = np.where(durations > 0, durations, np.nan)
     out["graphs.replay_fraction"] = float(np.nanmedian(covered / safe))
     return out | dict.fromkeys(HIDDEN_BY_REPLAYS)
@@ -52,7 +52,7 @@ def graph_metrics(tl: Timeline, steps: Steps) -> dict[str, Any]:
 
 def _graph_launches(names: Any) -> np.ndarray:
     """Rows of the CUDA API table that launch a graph (``cudaGraphLaunch``, version suffix stripped)."""
-    cats = names.cat.categories
+    cats = names.values
     hit = np.fromiter((str(c).startswith(GRAPH_LAUNCH) for c in cats), dtype=bool, count=len(cats))
-    codes = names.cat.codes.to_numpy()
+    codes = names.codes
     return hit[codes] & (codes >= 0)

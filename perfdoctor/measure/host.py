@@ -14,13 +14,13 @@ import re
 from dataclasses import dataclass, field
 
 import numpy as np
-import pandas as pd
 
 from perfdoctor.classify.projection import calls_of, kernel_launch_calls, launch_calls
 from perfdoctor.load.labels import labelled, matching
 from perfdoctor.measure import intervals as iv
 from perfdoctor.measure.steps import Steps
 from perfdoctor.model import Timeline
+from perfdoctor.table import Table, factorize
 
 CAUSES = ("launch_bound", "sync", "gc", "data", "other")
 
@@ -104,7 +104,7 @@ def _next_ops(tl: Timeline, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     for table in (tl.kernels, tl.memcpy, tl.memset):
         if not len(table):
             continue
-        start, ids = table["start"].to_numpy(), table["correlation_id"].to_numpy()
+        start, ids = table.col("start"), table.col("correlation_id")
         if not np.all(start[1:] >= start[:-1]):  # kernels come sorted; copies and fills may not
             order = np.argsort(start, kind="stable")
             start, ids = start[order], ids[order]
@@ -121,48 +121,46 @@ def _main_thread(tl: Timeline) -> int:
     known = call_tid[call_tid >= 0]
     if not known.size:
         return -1
-    codes, values = pd.factorize(known)
+    codes, values = factorize(known)
     return int(values[np.argmax(np.bincount(codes))])
 
 
-def _blocking_calls(api: pd.DataFrame) -> pd.DataFrame:
+def _blocking_calls(api: Table) -> Table:
     if not len(api):
         return api
-    names = api["name"].cat.categories if hasattr(api["name"], "cat") else pd.Index(api["name"].unique())
-    blocking = {n for n in names if BLOCKING_API.match(str(n))}
-    return api[api["name"].isin(blocking).to_numpy()]
+    return api.take(api["name"].where(lambda name: bool(BLOCKING_API.match(str(name)))))
 
 
-def _ranges_where(tl: Timeline, kind: str) -> pd.DataFrame:
+def _ranges_where(tl: Timeline, kind: str) -> Table:
     """GC ranges (perfdoctor ``gc``) or data-loading ranges (perfdoctor ``data`` or DataLoader names)."""
     rows = labelled(tl.nvtx, "gc") if kind == "gc" else matching(tl.nvtx, DATA_RANGE)
-    return rows[rows["end"].to_numpy() >= 0]
+    return rows.take(rows.col("end") >= 0)
 
 
-def _covering_end(t: np.ndarray, tid: np.ndarray, spans: pd.DataFrame) -> np.ndarray:
+def _covering_end(t: np.ndarray, tid: np.ndarray, spans: Table) -> np.ndarray:
     """For instants known to lie inside one of ``spans`` on their thread: when that (merged) span ends."""
     out = t.copy()
-    s_tid = spans["tid"].to_numpy() if len(spans) else np.zeros(0)
+    s_tid = spans.col("tid") if len(spans) else np.zeros(0)
     for thread in np.unique(tid):
         sel = s_tid == thread
         mine = np.flatnonzero(tid == thread)
         if not sel.any():
             continue
-        cover = iv.union(spans["start"].to_numpy()[sel], spans["end"].to_numpy()[sel])
+        cover = iv.union(spans.col("start")[sel], spans.col("end")[sel])
         k = np.clip(np.searchsorted(cover[0], t[mine], side="right") - 1, 0, None)
         out[mine] = cover[1][k]
     return out
 
 
-def _inside(t: np.ndarray, tid: np.ndarray, spans: pd.DataFrame) -> np.ndarray:
+def _inside(t: np.ndarray, tid: np.ndarray, spans: Table) -> np.ndarray:
     """Whether instant ``t[i]`` lies inside one of ``spans`` (start <= t < end) on thread ``tid[i]``."""
     result = np.zeros(t.size, dtype=bool)
     if not len(spans) or not t.size:
         return result
-    s_tid = spans["tid"].to_numpy()
+    s_tid = spans.col("tid")
     for thread in np.unique(s_tid):
         sel = s_tid == thread
-        cover = iv.union(spans["start"].to_numpy()[sel], spans["end"].to_numpy()[sel])
+        cover = iv.union(spans.col("start")[sel], spans.col("end")[sel])
         mine = np.flatnonzero(tid == thread)
         if not mine.size:
             continue
@@ -190,7 +188,7 @@ def launch_stats(tl: Timeline) -> LaunchStats:
     ok = call_start >= 0
     if ok.sum() < 2:
         return LaunchStats(None, None, None, None)
-    duration = (k["end"].to_numpy() - k["start"].to_numpy())[ok]
+    duration = (k.col("end") - k.col("start"))[ok]
     start, tid = call_start[ok], call_tid[ok]
     if not ((tid == tid[0]).all() and np.all(start[1:] >= start[:-1])):  # else: one thread, launch order
         order = np.lexsort((start, tid))

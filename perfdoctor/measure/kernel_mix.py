@@ -22,13 +22,13 @@ import re
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 
 from perfdoctor.classify.kernels import classify_kernel, signature_head
 from perfdoctor.classify.timeline import category_mask, name_pairs
 from perfdoctor.measure import intervals as iv
 from perfdoctor.measure.steps import Steps
 from perfdoctor.model import Timeline
+from perfdoctor.table import Table
 
 FAMILIES: dict[str, tuple[str, ...]] = {
     "attention": ("attention",),
@@ -67,10 +67,10 @@ class KernelMix:
     memcpy_exposed_ns: np.ndarray  # host↔device copy time with no kernel running, per step
 
 
-def kernel_mix(tl: Timeline, kcls: pd.DataFrame, steps: Steps, compute: iv.Intervals) -> KernelMix:
+def kernel_mix(tl: Timeline, kcls: Table, steps: Steps, compute: iv.Intervals) -> KernelMix:
     """The mix of one timeline; ``compute``: its compute kernels' union (``Activity.compute``)."""
     k = tl.kernels
-    start, end = k["start"].to_numpy(), k["end"].to_numpy()
+    start, end = k.col("start"), k.col("end")
 
     def per_step(mask: np.ndarray) -> np.ndarray:
         return iv.overlap_per_interval(steps.starts, steps.ends, iv.union(start[mask], end[mask])).astype(float)
@@ -103,7 +103,7 @@ def unfused_kind(short: str, demangled: str | None = None) -> str | None:
     return None
 
 
-def _unfused_kinds(k: pd.DataFrame) -> tuple[np.ndarray, dict[str, str]]:
+def _unfused_kinds(k: Table) -> tuple[np.ndarray, dict[str, str]]:
     """Unfused kind per kernel (index into ``UNFUSED_KINDS``; −1 where fused or not such a kernel), and
     one kernel name per kind."""
     inverse, shorts, demangleds = name_pairs(k)
@@ -116,23 +116,26 @@ def _unfused_kinds(k: pd.DataFrame) -> tuple[np.ndarray, dict[str, str]]:
     return codes[inverse] if len(k) else np.zeros(0, dtype=np.int8), evidence
 
 
-def _attention_impl(k: pd.DataFrame, attn: np.ndarray, unfused: np.ndarray, evidence: dict[str, str],
+def _attention_impl(k: Table, attn: np.ndarray, unfused: np.ndarray, evidence: dict[str, str],
                     ) -> tuple[str | None, str | None]:
     """flash / cudnn from the longest attention kernel's name; unfused when only a softmax kernel shows."""
     if attn.any():
-        dur = (k["end"] - k["start"]).to_numpy()[attn]
-        names = k["short_name"].to_numpy(dtype=object)[attn]
-        totals = pd.Series(dur).groupby(names).sum()
-        top = str(totals.idxmax())
+        names = k["short_name"]
+        totals = np.bincount(names.codes[attn], weights=(k["end"] - k["start"])[attn].astype(np.float64),
+                             minlength=names.values.size)
+        present = sorted(np.flatnonzero(np.bincount(names.codes[attn], minlength=names.values.size)),
+                         key=lambda i: str(names.values[i]))  # ties: the first name in order, as a groupby
+        best = present[int(np.argmax(totals[present]))]
+        top = str(names.values[best])
         impl = "cudnn" if _CUDNN_ATTENTION.search(top) else "flash" if _FLASH_ATTENTION.search(top) else "other"
-        return impl, f"{top} ({totals.max() / 1e6:.1f} ms in the trace)"
+        return impl, f"{top} ({totals[best] / 1e6:.1f} ms in the trace)"
     if "softmax" in evidence:
         count = int((unfused == UNFUSED_KINDS.index("softmax")).sum())
         return "unfused", f"{evidence['softmax']} ×{count} between GEMMs, no fused attention kernel"
     return None, None
 
 
-def _moe_gemms(k: pd.DataFrame, gemm: np.ndarray) -> tuple[str | None, str | None, int | None]:
+def _moe_gemms(k: Table, gemm: np.ndarray) -> tuple[str | None, str | None, int | None]:
     inverse, shorts, demangleds = name_pairs(k)
     classes = [classify_kernel(s, d) for s, d in zip(shorts, demangleds)]
     moe_name = np.array([c.kind == "moe" for c in classes], dtype=bool)
@@ -140,7 +143,7 @@ def _moe_gemms(k: pd.DataFrame, gemm: np.ndarray) -> tuple[str | None, str | Non
         return None, None, None
     grouped = [(s, m.group(0)) for s, d, c in zip(shorts, demangleds, classes)
                if c.category == "gemm" and (m := _GROUPED_GEMM.search(f"{s} {d or ''}"))]
-    order = np.argsort(k["start"].to_numpy(), kind="stable")
+    order = np.argsort(k.col("start"), kind="stable")
     is_gemm = gemm[order]
     is_moe = moe_name[inverse][order]
     permute = is_moe & np.array([bool(_MOE_PERMUTE.search(shorts[i])) for i in inverse[order]], dtype=bool)
@@ -160,6 +163,6 @@ def _moe_gemms(k: pd.DataFrame, gemm: np.ndarray) -> tuple[str | None, str | Non
 def _exposed_host_copies(tl: Timeline, compute: iv.Intervals, steps: Steps) -> np.ndarray:
     """Per step, ns of host↔device copies while no compute kernel ran."""
     cp = tl.memcpy
-    host = np.isin(cp["copy_kind"].to_numpy(), HOST_COPY_KINDS) if len(cp) else np.zeros(0, dtype=bool)
-    copies = iv.union(cp["start"].to_numpy()[host], cp["end"].to_numpy()[host])
+    host = np.isin(cp.col("copy_kind"), HOST_COPY_KINDS) if len(cp) else np.zeros(0, dtype=bool)
+    copies = iv.union(cp.col("start")[host], cp.col("end")[host])
     return iv.overlap_per_interval(steps.starts, steps.ends, iv.subtract(copies, compute)).astype(float)

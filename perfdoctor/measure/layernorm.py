@@ -19,7 +19,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 
 from perfdoctor.classify.projection import kernel_launch_calls
 from perfdoctor.classify.timeline import category_mask
@@ -27,6 +26,7 @@ from perfdoctor.measure import intervals as iv
 from perfdoctor.measure.steps import Steps
 from perfdoctor.measure.stream_order import previous_on_stream
 from perfdoctor.model import Timeline
+from perfdoctor.table import Table
 
 START_SLACK_NS = 20_000  # the norm starts right after the NCCL kernel ends
 MIN_DELAY_NS = 20_000  # shorter waits are launch latency, not blocking
@@ -42,18 +42,18 @@ class BlockedNorms:
     ms_per_step: np.ndarray
 
 
-def blocked_norms(tl: Timeline, kcls: pd.DataFrame, steps: Steps) -> BlockedNorms:
+def blocked_norms(tl: Timeline, kcls: Table, steps: Steps) -> BlockedNorms:
     k = tl.kernels
     empty = np.zeros(0, dtype=np.int64)
     n_steps = len(steps)
     none = BlockedNorms(empty, empty, empty, np.zeros(n_steps), np.zeros(n_steps))
-    cooperative = k["launch_type"].to_numpy() >= 2
+    cooperative = k.col("launch_type") >= 2
     persistent = category_mask(kcls, "norm_persistent") | (category_mask(kcls, "norm") & cooperative)
     comm = category_mask(kcls, "comm")
     if not persistent.any() or not comm.any():
         return none
 
-    start, end, stream = k["start"].to_numpy(), k["end"].to_numpy(), k["stream"].to_numpy()
+    start, end, stream = k.col("start"), k.col("end"), k.col("stream")
     call_start, call_end, call_tid = kernel_launch_calls(tl)
     norms = np.flatnonzero(persistent & (call_end >= 0))
     prev = previous_on_stream(norms, stream)
@@ -98,15 +98,15 @@ def _held_by(norm_start: np.ndarray, ready: np.ndarray, c_start: np.ndarray, c_e
     return held, np.where(last >= 0, c_rows[by_end[np.maximum(last, 0)]], -1)
 
 
-def _stream_wait_between(api: pd.DataFrame, tid: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+def _stream_wait_between(api: Table, tid: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     """Whether thread ``tid[i]`` called cudaStreamWaitEvent in ``(lo[i], hi[i])``."""
     result = np.zeros(tid.size, dtype=bool)
     if not len(api) or not tid.size:
         return result
-    waits = api["name"].isin(STREAM_WAIT_API).to_numpy()
+    waits = api["name"].mask(*STREAM_WAIT_API)
     if not waits.any():
         return result
-    w_tid, w_start = api["tid"].to_numpy()[waits], api["start"].to_numpy()[waits]
+    w_tid, w_start = api.col("tid")[waits], api.col("start")[waits]
     for thread in np.unique(tid):
         mine = np.flatnonzero(tid == thread)
         times = w_start[w_tid == thread]

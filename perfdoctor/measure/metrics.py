@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from perfdoctor.classify.groups import GROUPS, GroupLabels, decode
 from perfdoctor.classify.timeline import category_mask
@@ -27,6 +26,7 @@ from perfdoctor.measure.ranks import RANK_METRIC_KEYS
 from perfdoctor.measure.steps import Steps
 from perfdoctor.measure.tp_overlap import serialized_overlap
 from perfdoctor.model import Timeline
+from perfdoctor.table import Table
 
 METRIC_KEYS: tuple[str, ...] = (
     "step.time_ms", "step.time_p90_ms", "gpu.busy_fraction", "compute.fraction", "compute.time_ms",
@@ -57,7 +57,7 @@ WORST_SHOWN = 3
 NS_PER_MS = 1e6
 
 
-def timeline_metrics(tl: Timeline, kcls: pd.DataFrame, act: Activity, steps: Steps,
+def timeline_metrics(tl: Timeline, kcls: Table, act: Activity, steps: Steps,
                      groups: GroupLabels, config: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """Metrics of one timeline that the measurements can support (the rest stay ``None``), and the
     evidence behind them: per topic, the kernels, groups and environment values a finding quotes.
@@ -91,8 +91,8 @@ def timeline_metrics(tl: Timeline, kcls: pd.DataFrame, act: Activity, steps: Ste
     exposed = per_step(iv.subtract(comm, compute))
     out["comm.exposed_ms"] = _median(exposed) / NS_PER_MS
     out["comm.exposed_fraction"] = _median(exposed / safe)
-    out["kernels.gemm_fraction"] = _median(per_step(iv.union(k["start"].to_numpy()[gemm],
-                                                              k["end"].to_numpy()[gemm])) / safe)
+    out["kernels.gemm_fraction"] = _median(per_step(iv.union(k.col("start")[gemm],
+                                                              k.col("end")[gemm])) / safe)
     gaps = host_gaps(tl, steps, busy)
     out["host.idle_fraction"] = _median(gaps.idle / safe)
     for cause in CAUSES:
@@ -113,7 +113,7 @@ def timeline_metrics(tl: Timeline, kcls: pd.DataFrame, act: Activity, steps: Ste
     if groups.any_labelled:
         for i, g in enumerate(GROUPS):
             mine = groups.codes == i
-            g_set = iv.union(k["start"].to_numpy()[mine], k["end"].to_numpy()[mine])
+            g_set = iv.union(k.col("start")[mine], k.col("end")[mine])
             exposed_by_group[g] = iv.subtract(g_set, compute)
             g_exposed = per_step(exposed_by_group[g])
             out[f"comm.{g}.time_ms"] = _median(per_step(g_set)) / NS_PER_MS
@@ -133,7 +133,7 @@ def timeline_metrics(tl: Timeline, kcls: pd.DataFrame, act: Activity, steps: Ste
             out["pipeline.bubble_fraction"] = _median(b.bubble_ns / safe)
             out["pipeline.warmup_cooldown_ms"] = _median(b.edge_ns) / NS_PER_MS
             out["pipeline.steady_stall_ms"] = _median(b.bubble_ns - b.edge_ns) / NS_PER_MS
-    starts = k["start"].to_numpy()  # sorted by the loader
+    starts = k.col("start")  # sorted by the loader
     in_step = np.searchsorted(starts, steps.ends) - np.searchsorted(starts, steps.starts)
     out["kernels.count_per_step"] = _median(in_step.astype(np.float64))
     gpu_name = tl.gpu.name if tl.gpu else None
@@ -169,15 +169,15 @@ def timeline_metrics(tl: Timeline, kcls: pd.DataFrame, act: Activity, steps: Ste
 
 def _ln_evidence(tl: Timeline, ln: Any, groups: GroupLabels, out: dict[str, Any]) -> dict[str, Any]:
     """Which NCCL group held the SMs the blocked norms waited for, the worst cases, and the margins set."""
-    names = tl.kernels["short_name"].to_numpy(dtype=object)
+    names = tl.kernels.col("short_name", dtype=object)
     blocker_group = decode(groups.codes[ln.blocker], GROUPS)
     labels = np.array([g if g is not None else "unlabelled" for g in blocker_group], dtype=object)
     by_group = {str(g): int(c) for g, c in zip(*np.unique(labels.astype(str), return_counts=True))} \
         if labels.size else {}
     worst = np.argsort(ln.delay_ns)[::-1][:WORST_SHOWN]
     k = tl.kernels
-    ctas = (k["grid_x"].to_numpy()[ln.blocker] * k["grid_y"].to_numpy()[ln.blocker]
-            * k["grid_z"].to_numpy()[ln.blocker]) if ln.blocker.size and "grid_x" in k else np.zeros(0)
+    ctas = (k.col("grid_x")[ln.blocker] * k.col("grid_y")[ln.blocker]
+            * k.col("grid_z")[ln.blocker]) if ln.blocker.size and "grid_x" in k else np.zeros(0)
     return {
         "blocker_ctas": int(ctas.max()) if ctas.size else None,  # CTAs of the widest blocking NCCL kernel
         "blocked_count_per_step": out["ln.blocked_count"],

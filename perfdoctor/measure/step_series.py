@@ -9,17 +9,17 @@ series (DESIGN §5 metrics keep their names: ``step.time_ms``, ``comm.exposed_ms
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 
 from perfdoctor.classify.groups import GROUPS, GroupLabels
 from perfdoctor.measure import intervals as iv
 from perfdoctor.measure.activity import Activity
 from perfdoctor.measure.steps import Steps
+from perfdoctor.table import Table
 
 NS_PER_MS = 1e6
 
 
-def step_series(kernels: pd.DataFrame, act: Activity, steps: Steps, groups: GroupLabels) -> dict[str, list[float]]:
+def step_series(kernels: Table, act: Activity, steps: Steps, groups: GroupLabels) -> dict[str, list[float]]:
     """Per step (in step order), ms of step time, exposed comm (all and per labelled group) and device idle."""
     if not len(steps):
         return {}
@@ -36,7 +36,7 @@ def step_series(kernels: pd.DataFrame, act: Activity, steps: Steps, groups: Grou
     busy = np.asarray(per_step(act.busy))
     out["host.idle_ms"] = [round(float(x), 6) for x in np.maximum(durations - busy, 0.0)]
     if groups.any_labelled:
-        start, end = kernels["start"].to_numpy(), kernels["end"].to_numpy()
+        start, end = kernels.col("start"), kernels.col("end")
         for i, g in enumerate(GROUPS):
             mine = groups.codes == i
             if mine.any():

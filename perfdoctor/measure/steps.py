@@ -16,11 +16,11 @@ import re
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 
 from perfdoctor.classify.timeline import category_mask
 from perfdoctor.load.labels import labelled, matching
 from perfdoctor.model import Timeline
+from perfdoctor.table import Table
 
 PROFILER_STEP = re.compile(r"^ProfilerStep#\d+$")
 # A natural break between intra-burst and inter-burst gaps: the sorted gaps must jump by this factor.
@@ -46,22 +46,22 @@ class Steps:
         return int(self.starts.size)
 
 
-def find_steps(tl: Timeline, window: tuple[int, int], kcls: pd.DataFrame) -> Steps:
+def find_steps(tl: Timeline, window: tuple[int, int], kcls: Table) -> Steps:
     """Step intervals of one timeline.
 
     ``window`` is the device's activity window, the last resort; ``kcls`` is the taxonomy of
     ``tl.kernels`` (its ``category`` column finds the optimizer kernels).
     """
     ours = labelled(tl.nvtx, "step")
-    ours = ours[ours["end"].to_numpy() >= 0]
+    ours = ours[ours.col("end") >= 0]
     if len(ours):
         return _steps(ours, "nvtx-step")
     profiler = matching(tl.nvtx, PROFILER_STEP)
-    profiler = profiler[profiler["end"].to_numpy() >= 0]
+    profiler = profiler[profiler.col("end") >= 0]
     if len(profiler):
         return _steps(profiler, "profiler-step")
     if len(kcls):
-        periodic = periodic_steps(tl.kernels["start"].to_numpy(), tl.kernels["end"].to_numpy(),
+        periodic = periodic_steps(tl.kernels.col("start"), tl.kernels.col("end"),
                                   category_mask(kcls, "optimizer"))
         if periodic is not None:
             return periodic
@@ -114,5 +114,5 @@ def burst_breaks(gaps: np.ndarray, between: np.ndarray, total: int) -> np.ndarra
 
 
 def _steps(rows, source: str) -> Steps:
-    order = np.argsort(rows["start"].to_numpy(), kind="stable")
-    return Steps(rows["start"].to_numpy()[order], rows["end"].to_numpy()[order], source)
+    order = np.argsort(rows.col("start"), kind="stable")
+    return Steps(rows.col("start")[order], rows.col("end")[order], source)

@@ -21,13 +21,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import pandas as pd
 
 from perfdoctor.classify.projection import kernel_launch_calls
 from perfdoctor.classify.timeline import category_mask, class_mask
 from perfdoctor.measure.steps import Steps
 from perfdoctor.measure.stream_order import previous_on_stream
 from perfdoctor.model import Timeline
+from perfdoctor.table import Table
 
 START_SLACK_NS = 5_000  # the comm kernel starts right after the GEMM ends
 MIN_DELAY_NS = 2_000  # shorter waits are dispatch latency
@@ -44,7 +44,7 @@ class SerializedOverlap:
     connections: str | None  # CUDA_DEVICE_MAX_CONNECTIONS as captured (None = not set)
 
 
-def serialized_overlap(tl: Timeline, kcls: pd.DataFrame, steps: Steps) -> SerializedOverlap:
+def serialized_overlap(tl: Timeline, kcls: Table, steps: Steps) -> SerializedOverlap:
     k = tl.kernels
     env = tl.trace.env.get(CONNECTIONS_ENV)
     empty = np.zeros(0, dtype=np.int64)
@@ -53,7 +53,7 @@ def serialized_overlap(tl: Timeline, kcls: pd.DataFrame, steps: Steps) -> Serial
     if not overlap_comm.any():
         return SerializedOverlap(empty, empty, empty, None, 0, env)
 
-    start, end, stream = k["start"].to_numpy(), k["end"].to_numpy(), k["stream"].to_numpy()
+    start, end, stream = k.col("start"), k.col("end"), k.col("stream")
     call_start, call_end, call_tid = kernel_launch_calls(tl)
     gemm = np.flatnonzero(category_mask(kcls, "gemm") & (call_start >= 0))
     comm = np.flatnonzero(overlap_comm & (call_start >= 0))

@@ -17,30 +17,30 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from perfdoctor.classify.timeline import category_mask
 from perfdoctor.measure.steps import Steps
+from perfdoctor.table import Table
 
 # Kernel names kept per timeline, by GPU time: the long tail of tiny kernels adds nothing to the work.
 MAX_NAMES = 400
 
 
-def kernel_work(kernels: pd.DataFrame, kcls: pd.DataFrame, steps: Steps) -> dict[str, Any] | None:
+def kernel_work(kernels: Table, kcls: Table, steps: Steps) -> dict[str, Any] | None:
     """``{"span_ns", "steps", "kernels": {name: [launches, ns]}}`` of the compute kernels that start
     inside the steps; None without any."""
     if not len(steps) or not len(kernels):
         return None
-    start = kernels["start"].to_numpy()
+    start = kernels.col("start")
     compute = ~category_mask(kcls, "comm")
     # Steps are sorted and disjoint: a kernel is inside one when it starts before that step's end.
     i = np.searchsorted(steps.starts, start, side="right") - 1
     inside = compute & (i >= 0) & (start < steps.ends[np.maximum(i, 0)])
     if not inside.any():
         return None
-    codes = kernels["short_name"].cat.codes.to_numpy()[inside]
-    names = kernels["short_name"].cat.categories
-    dur = (kernels["end"].to_numpy()[inside] - start[inside]).astype(np.float64)
+    codes = kernels["short_name"].codes[inside]
+    names = kernels["short_name"].values
+    dur = (kernels.col("end")[inside] - start[inside]).astype(np.float64)
     counts = np.bincount(codes, minlength=len(names))
     ns = np.bincount(codes, weights=dur, minlength=len(names))
     order = [j for j in np.argsort(-ns, kind="stable")[:MAX_NAMES] if counts[j]]

@@ -1,0 +1,229 @@
+"""Event tables as named numpy columns: what a Timeline holds instead of pandas DataFrames.
+
+Every measurement reads whole columns and does numpy interval algebra on them, so a table needs only
+equal-length columns, row selection (``take``) and dictionary-encoded strings. pandas gave that at
+about 0.2 s of import per run and an extra copy per column (issue 16: a small file's whole analysis
+must fit in 0.3 s above ``python -c pass``); these classes give it at no import cost.
+
+Strings that repeat (kernel names, CUDA call names) are :class:`Strings`: int32 codes into the
+distinct values, decoded only where a measurement needs the text of a few rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+import numpy as np
+
+# Integer keys spanning at most this many values per row are factorized through a lookup table (O(n))
+# instead of a sort.
+_DENSE_SPAN_PER_ROW = 4
+
+
+class Strings:
+    """A dictionary-encoded string column: ``values[codes]`` is the text of every row.
+
+    ``values`` are distinct (an object array; ``None`` may be one of them) and ``codes`` index them.
+    """
+
+    __slots__ = ("codes", "values", "__weakref__")
+
+    def __init__(self, codes: np.ndarray, values: np.ndarray) -> None:
+        self.codes = np.asarray(codes)
+        self.values = np.asarray(values, dtype=object)
+
+    @classmethod
+    def encode(cls, text: Iterable[Any]) -> Strings:
+        """Encode plain values (first-appearance order of the distinct values)."""
+        codes, values = factorize(np.asarray(text, dtype=object), keep_missing=True)
+        return cls(codes.astype(np.int32, copy=False), values)
+
+    def __len__(self) -> int:
+        return self.codes.size
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.decode())
+
+    def __getitem__(self, rows: Any) -> Any:
+        if isinstance(rows, (int, np.integer)):
+            return self.values[self.codes[rows]]
+        return Strings(self.codes[rows], self.values)
+
+    def decode(self) -> np.ndarray:
+        """The text of every row, as an object array."""
+        return self.values[self.codes] if self.codes.size else np.zeros(0, dtype=object)
+
+    def mask(self, *wanted: Any) -> np.ndarray:
+        """Rows whose text is one of ``wanted``: compared once per distinct value."""
+        hit = np.array([v in wanted for v in self.values], dtype=bool)
+        return hit[self.codes] if hit.size else np.zeros(self.codes.size, dtype=bool)
+
+    def where(self, predicate: Any) -> np.ndarray:
+        """Rows whose text satisfies ``predicate`` (called once per distinct value)."""
+        hit = np.array([bool(predicate(v)) for v in self.values], dtype=bool)
+        return hit[self.codes] if hit.size else np.zeros(self.codes.size, dtype=bool)
+
+    def map(self, function: Any, dtype: Any = object) -> np.ndarray:
+        """``function`` of every row's text, computed once per distinct value."""
+        out = np.array([function(v) for v in self.values], dtype=dtype)
+        return out[self.codes] if out.size else np.zeros(self.codes.size, dtype=dtype)
+
+    @staticmethod
+    def concat(parts: list[Strings]) -> Strings:
+        """One column from several, with the distinct values merged."""
+        values = np.concatenate([p.values for p in parts]) if parts else np.zeros(0, dtype=object)
+        offsets = np.cumsum([0] + [p.values.size for p in parts[:-1]])
+        raw = np.concatenate([p.codes.astype(np.int64) + o for p, o in zip(parts, offsets)]) if parts else \
+            np.zeros(0, dtype=np.int64)
+        remap, distinct = factorize(values, keep_missing=True)
+        return Strings(remap[raw].astype(np.int32) if raw.size else raw.astype(np.int32), distinct)
+
+
+Column = np.ndarray | Strings
+
+
+class Table:
+    """Equal-length named columns (numpy arrays or :class:`Strings`), one row per event."""
+
+    __slots__ = ("_columns", "_rows", "__weakref__")
+
+    def __init__(self, columns: Mapping[str, Any] | None = None, rows: int | None = None) -> None:
+        self._columns: dict[str, Column] = {}
+        self._rows = rows
+        for name, values in (columns or {}).items():
+            self[name] = values
+        if self._rows is None:
+            self._rows = 0
+
+    @classmethod
+    def empty(cls, names: Iterable[str], dtype: Any = np.int64) -> Table:
+        return cls({n: np.zeros(0, dtype=dtype) for n in names}, rows=0)
+
+    def __len__(self) -> int:
+        return int(self._rows or 0)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._columns
+
+    def __getitem__(self, key: str | np.ndarray | slice) -> Any:
+        """A column by name; rows (``take``) by positions, a boolean mask or a slice."""
+        return self._columns[key] if isinstance(key, str) else self.take(key)
+
+    def __setitem__(self, name: str, values: Any) -> None:
+        if not isinstance(values, Strings):
+            values = np.asarray(values)
+        if self._rows is None:
+            self._rows = len(values)
+        elif len(values) != self._rows:
+            raise ValueError(f"column {name!r} has {len(values)} rows, the table {self._rows}")
+        self._columns[name] = values
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self._columns.get(name, default)
+
+    @property
+    def columns(self) -> list[str]:
+        return list(self._columns)
+
+    def col(self, name: str, dtype: Any = None) -> np.ndarray:
+        """A column as a plain array (strings decoded), converted to ``dtype`` when given."""
+        values = self._columns[name]
+        if isinstance(values, Strings):
+            values = values.decode()
+        return values if dtype is None else values.astype(dtype, copy=False)
+
+    def take(self, rows: np.ndarray | slice) -> Table:
+        """The rows at integer positions, under a boolean mask, or in a slice, in that order."""
+        columns = {name: values[rows] for name, values in self._columns.items()}
+        first = next(iter(columns.values()), None)
+        return Table(columns, rows=len(first) if first is not None else np.arange(len(self))[rows].size)
+
+    def select(self, names: Iterable[str]) -> Table:
+        """The named columns only (no copy)."""
+        return Table({n: self._columns[n] for n in names}, rows=len(self))
+
+    def sorted_by(self, name: str) -> Table:
+        """Rows in order of one column (stable); the table itself when already in order."""
+        key = self._columns[name]
+        if key.size < 2 or bool(np.all(key[1:] >= key[:-1])):
+            return self
+        return self.take(np.argsort(key, kind="stable"))
+
+    @staticmethod
+    def concat(parts: list[Table]) -> Table:
+        """Rows of several tables with the same columns, one after another."""
+        names = parts[0].columns
+        out: dict[str, Column] = {}
+        for name in names:
+            cols = [p[name] for p in parts]
+            out[name] = Strings.concat(cols) if isinstance(cols[0], Strings) else np.concatenate(cols)
+        return Table(out, rows=sum(len(p) for p in parts))
+
+    def __repr__(self) -> str:
+        return f"Table({len(self)} rows: {', '.join(self._columns)})"
+
+
+def factorize(values: np.ndarray, *, sort: bool = False, keep_missing: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """``(codes, distinct)`` with ``distinct[codes] == values``, as ``pandas.factorize``: distinct values
+    in order of first appearance (ascending with ``sort``); None and NaN get code −1 and are left out
+    of ``distinct``, or with ``keep_missing`` are values of their own.
+
+    Small-range integers use a lookup table (no sort), other numbers a sort, objects a dict.
+    """
+    values = np.asarray(values)
+    n = values.size
+    if n == 0:
+        return np.zeros(0, dtype=np.int64), values[:0]
+    if values.dtype.kind in "iub":
+        lo, hi = int(values.min()), int(values.max())
+        if hi - lo <= _DENSE_SPAN_PER_ROW * n + 1024:
+            shifted = (values.astype(np.int64) - lo) if values.dtype.kind != "u" else (values - lo).astype(np.int64)
+            first = np.full(hi - lo + 1, n, dtype=np.int64)
+            np.minimum.at(first, shifted, np.arange(n))
+            distinct = np.flatnonzero(first < n)
+            if not sort:
+                distinct = distinct[np.argsort(first[distinct], kind="stable")]
+            code_of = np.zeros(first.size, dtype=np.int64)
+            code_of[distinct] = np.arange(distinct.size)
+            return code_of[shifted], (distinct + lo).astype(values.dtype)
+    if values.dtype.kind in "iufbmM":
+        distinct, first, inverse = np.unique(values, return_index=True, return_inverse=True, equal_nan=True)
+        inverse = inverse.reshape(-1).astype(np.int64, copy=False)
+        if not sort:
+            order = np.argsort(first, kind="stable")
+            rank = np.empty(order.size, dtype=np.int64)
+            rank[order] = np.arange(order.size)
+            inverse, distinct = rank[inverse], distinct[order]
+        if not keep_missing and values.dtype.kind == "f" and np.isnan(distinct).any():
+            missing = np.isnan(distinct)
+            new = np.where(missing, -1, np.cumsum(~missing) - 1)
+            inverse, distinct = new[inverse], distinct[~missing]
+        return inverse, distinct
+    index: dict[Any, int] = {}
+    codes = np.fromiter((index.setdefault(_key(v), len(index)) for v in values.tolist()), dtype=np.int64, count=n)
+    distinct = np.empty(len(index), dtype=object)
+    for key, code in index.items():
+        distinct[code] = np.nan if key is _NAN else key
+    missing = np.array([v is None or v is _NAN for v in index], dtype=bool)
+    if sort or (missing.any() and not keep_missing):
+        order = np.arange(distinct.size)
+        if sort:
+            order = np.array(sorted(order, key=lambda i: (missing[i], str(distinct[i]))), dtype=np.int64)
+        if not keep_missing:
+            order = order[~missing[order]]
+        new = np.full(distinct.size, -1, dtype=np.int64)
+        new[order] = np.arange(order.size)
+        codes, distinct = new[codes], distinct[order]
+    return codes, distinct
+
+
+class _Nan:
+    """One key for every float NaN (NaN != NaN, so a dict would keep each apart)."""
+
+
+_NAN = _Nan()
+
+
+def _key(value: Any) -> Any:
+    return _NAN if isinstance(value, float) and value != value else value
