@@ -139,6 +139,27 @@ class Table:
         first = next(iter(columns.values()), None)
         return Table(columns, rows=len(first) if first is not None else np.arange(len(self))[rows].size)
 
+    def equals(self, other: Table) -> bool:
+        """Same columns in the same order with the same values (strings compared as text, NaN equal)."""
+        if self.columns != other.columns or len(self) != len(other):
+            return False
+        for name in self.columns:
+            a, b = self.col(name), other.col(name)
+            if a.dtype.kind == "f" and b.dtype.kind == "f":
+                if not np.array_equal(a, b, equal_nan=True):
+                    return False
+            elif a.tolist() != b.tolist():
+                return False
+        return True
+
+    def rows(self) -> Iterator[Any]:
+        """Each row as a named tuple of Python values (strings decoded): for tests and small tables."""
+        from collections import namedtuple
+
+        Row = namedtuple("Row", self.columns)  # noqa: PYI024 - field names are the table's columns
+        columns = [self.col(name).tolist() for name in self.columns]
+        return (Row(*values) for values in zip(*columns))
+
     def select(self, names: Iterable[str]) -> Table:
         """The named columns only (no copy)."""
         return Table({n: self._columns[n] for n in names}, rows=len(self))
@@ -178,7 +199,8 @@ def factorize(values: np.ndarray, *, sort: bool = False, keep_missing: bool = Fa
     if values.dtype.kind in "iub":
         lo, hi = int(values.min()), int(values.max())
         if hi - lo <= _DENSE_SPAN_PER_ROW * n + 1024:
-            shifted = (values.astype(np.int64) - lo) if values.dtype.kind != "u" else (values - lo).astype(np.int64)
+            numbers = values.view(np.uint8) if values.dtype.kind == "b" else values
+            shifted = (numbers - numbers.min()).astype(np.int64)  # in the values' own type: no overflow
             first = np.full(hi - lo + 1, n, dtype=np.int64)
             np.minimum.at(first, shifted, np.arange(n))
             distinct = np.flatnonzero(first < n)
@@ -186,7 +208,7 @@ def factorize(values: np.ndarray, *, sort: bool = False, keep_missing: bool = Fa
                 distinct = distinct[np.argsort(first[distinct], kind="stable")]
             code_of = np.zeros(first.size, dtype=np.int64)
             code_of[distinct] = np.arange(distinct.size)
-            return code_of[shifted], (distinct + lo).astype(values.dtype)
+            return code_of[shifted], values[first[distinct]]
     if values.dtype.kind in "iufbmM":
         distinct, first, inverse = np.unique(values, return_index=True, return_inverse=True, equal_nan=True)
         inverse = inverse.reshape(-1).astype(np.int64, copy=False)

@@ -71,8 +71,8 @@ def _labelled_dp_calls_per_step(path) -> float:
     comm = labelled(tl.nvtx, "comm")
     dp = comm[[parse_label(t)[1].get("group") == "dp" for t in comm["text"]]]
     steps = labelled(tl.nvtx, "step")
-    starts, ends = np.sort(steps["start"].to_numpy()), np.sort(steps["end"].to_numpy())
-    begins = np.sort(dp["start"].to_numpy())
+    starts, ends = np.sort(steps["start"]), np.sort(steps["end"])
+    begins = np.sort(dp["start"])
     return float(np.median(np.searchsorted(begins, ends) - np.searchsorted(begins, starts)))
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pytest
 import yaml
 
@@ -19,6 +18,7 @@ from perfdoctor.classify.groups import GROUPS, decode, label_groups
 from perfdoctor.classify.timeline import kernel_classes
 from perfdoctor.load.run import load_run
 from perfdoctor.model import Timeline
+from perfdoctor.table import Table
 from perfdoctor.synth import run_scenario
 from tests.paths import REAL_H100, REPO
 
@@ -41,10 +41,10 @@ def traces(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[Path, Pa
     return out
 
 
-def _facts(tl: Timeline, kcls: pd.DataFrame) -> np.ndarray:
+def _facts(tl: Timeline, kcls: Table) -> np.ndarray:
     """Group codes known without guessing: NVTX labels, and TP for userbuffers kernels (else -1)."""
     labels = label_groups(tl, kcls)
-    fact = (labels.source == "nvtx") | (kcls["library"] == "userbuffers").to_numpy()
+    fact = (labels.source == "nvtx") | kcls["library"].mask("userbuffers")
     return np.where(fact, labels.codes, -1).astype(np.int8)
 
 
@@ -54,7 +54,7 @@ def _guess(tl: Timeline, config: dict) -> tuple[np.ndarray, np.ndarray, np.ndarr
     known = _facts(tl, kcls)
     group, confidence = heuristic_groups(tl.kernels, kcls, config, known)
     return (decode(np.where(group >= 0, group, known), GROUPS), decode(confidence, CONFIDENCE),
-            (kcls["category"] == "comm").to_numpy())
+            kcls["category"].mask("comm"))
 
 
 def accuracy(labelled: Path, bare: Path, config: dict | None = None) -> float:
@@ -65,7 +65,7 @@ def accuracy(labelled: Path, bare: Path, config: dict | None = None) -> float:
         assert len(ref_tl.kernels) == len(tl.kernels)
         ref = decode(_facts(ref_tl, kernel_classes(ref_tl.kernels)), GROUPS)
         got = _guess(tl, ref_run.config if config is None else config)[0]
-        dur = (tl.kernels["end"] - tl.kernels["start"]).to_numpy().astype(np.float64)
+        dur = (tl.kernels["end"] - tl.kernels["start"]).astype(np.float64)
         has_ref = ref != None  # noqa: E711
         total += dur[has_ref].sum()
         right += dur[has_ref & (got == ref)].sum()
@@ -98,7 +98,7 @@ def test_groups_of_size_one_are_ruled_out(traces):
     tl = load_run([bare]).timelines[0]
     group, _, comm = _guess(tl, {"pp": 1, "cp": 1, "ep": 1})
     kcls = kernel_classes(tl.kernels)
-    p2p = comm & (kcls["collective"] == "send_recv").to_numpy()
+    p2p = comm & kcls["collective"].mask("send_recv")
     assert p2p.any() and all(g is None for g in group[p2p])  # no group left that could send
 
 

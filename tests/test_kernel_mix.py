@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 import pytest
 import yaml
 
@@ -17,6 +16,7 @@ from perfdoctor.measure.kernel_mix import kernel_mix, unfused_kind
 from perfdoctor.measure.steps import Steps
 from perfdoctor.model import Timeline, TraceInfo
 from perfdoctor.synth import run_scenario
+from perfdoctor.table import Strings, Table
 from tests.paths import REPO, SAMPLES
 
 
@@ -81,10 +81,10 @@ def _mix(directory: Path):
     return kernel_mix(tl, kcls, Steps(np.array([start]), np.array([end]), "window"), _compute(tl, kcls))
 
 
-def _compute(tl: Timeline, kcls: pd.DataFrame) -> iv.Intervals:
+def _compute(tl: Timeline, kcls: Table) -> iv.Intervals:
     """The union of the compute (non-comm) kernels, as ``Activity.compute`` has it."""
     compute = ~category_mask(kcls, "comm")
-    return iv.union(tl.kernels["start"].to_numpy()[compute], tl.kernels["end"].to_numpy()[compute])
+    return iv.union(tl.kernels.col("start")[compute], tl.kernels.col("end")[compute])
 
 
 def test_attention_implementation() -> None:
@@ -110,15 +110,15 @@ def test_moe_per_expert_vs_grouped_gemm(samples: dict[str, dict], tmp_path: Path
 
 
 def _timeline(kernels: list[tuple[int, int, str]], copies: list[tuple[int, int, int]]) -> Timeline:
-    names = pd.Categorical([n for *_, n in kernels])
-    k = pd.DataFrame({"start": np.array([s for s, _, _ in kernels], dtype=np.int64),
-                      "end": np.array([e for _, e, _ in kernels], dtype=np.int64),
-                      "short_name": names, "demangled_name": names})
-    cp = pd.DataFrame({"start": np.array([s for s, _, _ in copies], dtype=np.int64),
-                       "end": np.array([e for _, e, _ in copies], dtype=np.int64),
-                       "copy_kind": np.array([c for *_, c in copies], dtype=np.int64)})
+    names = Strings.encode([n for *_, n in kernels])
+    k = Table({"start": np.array([s for s, _, _ in kernels], dtype=np.int64),
+               "end": np.array([e for _, e, _ in kernels], dtype=np.int64),
+               "short_name": names, "demangled_name": names})
+    cp = Table({"start": np.array([s for s, _, _ in copies], dtype=np.int64),
+                "end": np.array([e for _, e, _ in copies], dtype=np.int64),
+                "copy_kind": np.array([c for *_, c in copies], dtype=np.int64)})
     trace = TraceInfo(Path("x.sqlite"), "nsys-sqlite", None, None, "META_DATA_EXPORT", None, True)
-    empty = pd.DataFrame()
+    empty = Table()
     return Timeline(trace, 1, 1, 0, k, cp, empty, empty, empty, empty)
 
 

@@ -346,9 +346,9 @@ def test_every_gpu_op_finds_its_launch_call(loaded: tuple[Release, TraceInfo, li
     """correlationIds are per process: B's kernel 11 belongs to B's call 11, not A's."""
     _, _, timelines = loaded
     for tl in timelines:
-        calls = {int(r.correlation_id): r for r in tl.api.itertuples(index=False)}
+        calls = {int(r.correlation_id): r for r in tl.api.rows()}
         for frame in (tl.kernels, tl.memcpy, tl.memset):
-            for op in frame.itertuples(index=False):
+            for op in frame.rows():
                 call = calls[int(op.correlation_id)]
                 assert (call.tid >> 24) & 0xFFFFFF == tl.pid
                 assert call.start < op.start
@@ -357,7 +357,7 @@ def test_every_gpu_op_finds_its_launch_call(loaded: tuple[Release, TraceInfo, li
 def test_api_names_lose_their_version_suffix(loaded: tuple[Release, TraceInfo, list[Timeline]]) -> None:
     _, _, timelines = loaded
     tls = by_key(timelines)
-    api = tls[(PID_A, 0)].api.sort_values("start")
+    api = tls[(PID_A, 0)].api.sorted_by("start")
     assert list(api["name"]) == ["cudaLaunchKernel", "cudaLaunchKernel", "cudaLaunchKernel", "cudaMemcpyAsync"]
     assert list(api["tid"]) == [gtid(PID_A, t) for t in (A_MAIN, A_MAIN, A_COMM, A_MAIN)]
     assert set(api["event_class"]) == {0}
@@ -367,10 +367,10 @@ def test_api_names_lose_their_version_suffix(loaded: tuple[Release, TraceInfo, l
 def test_memcpy_and_memset(loaded: tuple[Release, TraceInfo, list[Timeline]]) -> None:
     _, _, timelines = loaded
     tls = by_key(timelines)
-    (copy,) = tls[(PID_A, 0)].memcpy.itertuples(index=False)
+    (copy,) = tls[(PID_A, 0)].memcpy.rows()
     assert (copy.start, copy.end, copy.bytes, copy.copy_kind, copy.stream) == (2100, 2200, 4096, 1, 7)
     assert len(tls[(PID_A, 1)].memcpy) == 0 and len(tls[(PID_A, 0)].memset) == 0
-    (fill,) = tls[(PID_B, 1)].memset.itertuples(index=False)
+    (fill,) = tls[(PID_B, 1)].memset.rows()
     assert (fill.bytes, fill.correlation_id) == (512, 15)
 
 
@@ -379,7 +379,7 @@ def test_nvtx_ranges_and_marks(loaded: tuple[Release, TraceInfo, list[Timeline]]
     tls = by_key(timelines)
     rows = [
         (r.text, r.domain, r.event_type, r.start, r.end, r.tid, r.end_tid, r.range_id, r.int_value)
-        for r in tls[(PID_A, 0)].nvtx.itertuples(index=False)
+        for r in tls[(PID_A, 0)].nvtx.rows()
     ]
     assert rows == [
         ("rank r=0 local=0 world=2", "perfdoctor", 34, 20, -1, gtid(PID_A, A_MAIN), -1, -1, -1),
@@ -399,7 +399,7 @@ def test_nvtx_ranges_and_marks(loaded: tuple[Release, TraceInfo, list[Timeline]]
     ]
     # NVTX belongs to the process, so each of its devices sees it.
     assert tls[(PID_A, 1)].nvtx.equals(tls[(PID_A, 0)].nvtx)
-    b_rows = [(r.text, r.domain, r.event_type) for r in tls[(PID_B, 1)].nvtx.itertuples(index=False)]
+    b_rows = [(r.text, r.domain, r.event_type) for r in tls[(PID_B, 1)].nvtx.rows()]
     assert b_rows == [("ncclAllReduce", "NCCL", 59)]
 
 

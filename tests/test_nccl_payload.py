@@ -104,7 +104,7 @@ def test_a_communicator_outvotes_wrong_guesses(traces, monkeypatch):
     payload, labelled = traces["pp_1f1b"]
     tl, ref = load_run([payload]).timelines[1], load_run([labelled]).timelines[1]
     expected = label_groups(ref, kernel_classes(ref.kernels)).codes
-    dur = (tl.kernels["end"] - tl.kernels["start"]).to_numpy()
+    dur = (tl.kernels["end"] - tl.kernels["start"])
     noisy = expected.copy()
     comm = np.flatnonzero(expected >= 0)
     for g in np.unique(expected[comm]):  # per group, its shortest kernels up to 40 % of its time: wrong

@@ -40,9 +40,9 @@ def test_connections_8_serializes_the_overlap() -> None:
     tl, kcls, result = _measure(SAMPLES / "tp_overlap_connections")
     assert result.connections == "8"
     assert result.ms_per_step is not None and (result.ms_per_step > 0.1).all()
-    assert result.index.size and (kcls["library"].to_numpy(dtype=object)[result.index] == "userbuffers").all()
-    assert (kcls["category"].to_numpy(dtype=object)[result.gemm] == "gemm").all()
-    start, end = tl.kernels["start"].to_numpy(), tl.kernels["end"].to_numpy()
+    assert result.index.size and (kcls.col("library")[result.index] == "userbuffers").all()
+    assert (kcls.col("category")[result.gemm] == "gemm").all()
+    start, end = tl.kernels["start"], tl.kernels["end"]
     gap = start[result.index] - end[result.gemm]
     assert ((gap >= 0) & (gap <= 5_000)).all()  # each starts as the GEMM it should overlap ends
     metric = api.analyze([SAMPLES / "tp_overlap_connections"]).metrics["ranks"]["0"]["tp.serialized_overlap_ms"]

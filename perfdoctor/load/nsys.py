@@ -206,6 +206,8 @@ def _gpus(db: SqliteExport) -> dict[int, GpuInfo]:
 def read_timelines(db: SqliteExport, info: TraceInfo, *, detail: bool = True) -> list[Timeline]:
     """Split the file's events into one Timeline per (process, device)."""
     strings = _strings(db)
+    # The CUDA calls are read on a second core while the kernels are read and decoded here.
+    db.prefetch(RUNTIME_TABLE, _select(db, RUNTIME_TABLE, _api_columns(detail)))
     kernels = with_graph_replays(db, _kernels(db, strings, detail), info.warnings)  # graph-mode CUDA graphs as rows
     memcpy = _device_table(db, MEMCPY_TABLE, {"bytes": "bytes", "copy_kind": "copyKind"})
     memset = _device_table(db, MEMSET_TABLE, {"bytes": "bytes"})
@@ -286,26 +288,29 @@ def _group_by_pid(table: Table, *, by_tid: bool) -> dict[int, Table]:
 
 
 class StringIds:
-    """``StringIds``: the text of each string id (ids are small dense integers, so an array by id)."""
+    """``StringIds``: the text of each string id (ids sorted once; a lookup is a binary search, since
+    ids can be sparse: 126 strings with ids up to 3.4 million in a real 2024 export)."""
 
     def __init__(self, ids: np.ndarray, values: np.ndarray) -> None:
-        ids = ids.astype(np.int64, copy=False)
-        self._text = np.full(int(ids.max(initial=-1)) + 1, None, dtype=object)
-        keep = ids >= 0
-        self._text[ids[keep]] = values[keep]
+        order = np.argsort(ids, kind="stable")
+        self._ids = ids.astype(np.int64, copy=False)[order]
+        self._text = np.asarray(values, dtype=object)[order]
 
     def lookup(self, ids: np.ndarray) -> np.ndarray:
         """The text of each id (None for an id the table does not hold)."""
         ids = np.asarray(ids, dtype=np.int64)
-        inside = (ids >= 0) & (ids < self._text.size)
+        at = np.minimum(np.searchsorted(self._ids, ids), max(self._ids.size - 1, 0))
         out = np.full(ids.size, None, dtype=object)
-        out[inside] = self._text[ids[inside]]
+        if self._ids.size:
+            found = self._ids[at] == ids
+            out[found] = self._text[at[found]]
         return out
 
     def get(self, string_id: int | None, default: str | None = None) -> str | None:
-        if string_id is None or not 0 <= int(string_id) < self._text.size or self._text[int(string_id)] is None:
+        if string_id is None:
             return default
-        return self._text[int(string_id)]
+        text = self.lookup(np.array([int(string_id)]))[0]
+        return default if text is None else text
 
 
 def _strings(db: SqliteExport) -> StringIds:
@@ -360,16 +365,23 @@ def _select(db: SqliteExport, table: str, wanted: dict[str, str]) -> dict[str, s
     return {out: (src if src in cols else "NULL") for out, src in wanted.items()}
 
 
-def _kernels(db: SqliteExport, strings: StringIds, detail: bool = True) -> Table:
-
-    wanted = {
+def _kernel_columns(detail: bool) -> dict[str, str]:
+    return _without_detail({
         "start": "start", "end": "end", "device_id": "deviceId", "stream": "streamId",
         "correlation_id": "correlationId", "global_pid": "globalPid", "short_id": "shortName",
         "demangled_id": "demangledName", "launch_type": "launchType",
         "grid_x": "gridX", "grid_y": "gridY", "grid_z": "gridZ",
         "block_x": "blockX", "block_y": "blockY", "block_z": "blockZ",
-    }
-    wanted = _without_detail(wanted, "kernels", detail)
+    }, "kernels", detail)
+
+
+def _api_columns(detail: bool) -> dict[str, str]:
+    return _without_detail({"start": "start", "end": "end", "tid": "globalTid", "correlation_id": "correlationId",
+                            "name_id": "nameId", "event_class": "eventClass"}, "api", detail)
+
+
+def _kernels(db: SqliteExport, strings: StringIds, detail: bool = True) -> Table:
+    wanted = _kernel_columns(detail)
     raw = db.read(KERNEL_TABLE, _select(db, KERNEL_TABLE, wanted))
     if not len(raw):
         return _empty([c for c in wanted if not c.endswith("_id") or c in ("device_id", "correlation_id")]
@@ -381,7 +393,6 @@ def _kernels(db: SqliteExport, strings: StringIds, detail: bool = True) -> Table
 
 
 def _device_table(db: SqliteExport, table: str, extra: dict[str, str]) -> Table:
-
     wanted = {"start": "start", "end": "end", "device_id": "deviceId", "stream": "streamId",
               "correlation_id": "correlationId", "global_pid": "globalPid", **extra}
     raw = db.read(table, _select(db, table, wanted))
@@ -392,9 +403,7 @@ def _device_table(db: SqliteExport, table: str, extra: dict[str, str]) -> Table:
 
 def _api_calls(db: SqliteExport, strings: StringIds, detail: bool = True) -> Table:
     """CUDA runtime and driver calls, names without the ``_vNNNN`` version suffix."""
-
-    wanted = _without_detail({"start": "start", "end": "end", "tid": "globalTid", "correlation_id": "correlationId",
-                              "name_id": "nameId", "event_class": "eventClass"}, "api", detail)
+    wanted = _api_columns(detail)
     raw = db.read(RUNTIME_TABLE, _select(db, RUNTIME_TABLE, wanted))
     if not len(raw):
         return _empty(["start", "end", "tid", "correlation_id", "name"] + (["event_class"] if detail else []))

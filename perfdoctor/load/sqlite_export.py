@@ -21,6 +21,7 @@ import re
 import sqlite3
 import urllib.parse
 from collections.abc import Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -49,6 +50,8 @@ class SqliteExport:
             raise InputError(f"{path}: not a readable SQLite database ({exc})") from None
         self.tables: frozenset[str] = frozenset(r[0] for r in rows)
         self._columns: dict[str, tuple[str, ...]] = {}
+        self._prefetched: dict[tuple[str, tuple], Future] = {}
+        self._pool: ThreadPoolExecutor | None = None
 
     def _check_file(self) -> None:
         path = self.path
@@ -90,6 +93,17 @@ class SqliteExport:
         except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
             raise InputError(self._read_error(str(exc))) from None
 
+    def prefetch(self, table: str, columns: Mapping[str, str]) -> None:
+        """Start reading a large table on another thread (connectorx releases the GIL while it reads);
+        the next :meth:`read` of the same table and columns waits for it. Small tables are not worth it."""
+        if table not in self.tables or all(e.strip().upper() == "NULL" for e in columns.values()) \
+                or self._rows(table) <= SMALL_TABLE_ROWS:
+            return
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="perfdoctor-read")
+        key = (table, tuple(columns.items()))
+        self._prefetched[key] = self._pool.submit(self._read, table, columns, True)
+
     def read(self, table: str, columns: Mapping[str, str]) -> Table:
         """Bulk-read ``table`` into a :class:`Table` whose columns are the keys of ``columns``.
 
@@ -99,14 +113,19 @@ class SqliteExport:
         connectorx cannot type a NULL literal, and a valid export without an optional column is not a
         corrupt file. Integer columns holding NULLs come back as float with NaN, text as objects.
         """
+        pending = self._prefetched.pop((table, tuple(columns.items())), None)
+        if pending is not None:
+            return pending.result()
         if table not in self.tables:
             return Table.empty(columns)
+        return self._read(table, columns, self._rows(table) > SMALL_TABLE_ROWS)
+
+    def _read(self, table: str, columns: Mapping[str, str], large: bool) -> Table:
         present = {name: expr for name, expr in columns.items() if expr.strip().upper() != "NULL"}
         if present:
             select = ", ".join(f"{expr} AS {name}" for name, expr in present.items())
             sql = f"SELECT {select} FROM [{table}]"
-            read = self._read_arrow if self._rows_at_most(table) > SMALL_TABLE_ROWS else self._read_rows
-            frame = Table(read(sql, list(present)))
+            frame = Table((self._read_arrow if large else self._read_rows)(sql, list(present)))
         else:
             frame = Table(rows=self.query(f"SELECT COUNT(*) FROM [{table}]")[0][0])
         out = Table(rows=len(frame))
@@ -114,12 +133,14 @@ class SqliteExport:
             out[name] = frame[name] if name in frame else np.full(len(frame), np.nan)
         return out
 
-    def _rows_at_most(self, table: str) -> int:
-        """An upper bound on the rows of an event table without counting them (its largest rowid)."""
+    def _rows(self, table: str) -> int:
+        """Rows of an event table, or at least more than :data:`SMALL_TABLE_ROWS`: its largest rowid
+        bounds it at no cost, and only a larger bound (ids can be sparse: ``StringIds``) is counted."""
         try:
-            return int(self.query(f"SELECT max(rowid) FROM [{table}]")[0][0] or 0)
-        except InputError:  # a table without rowid: count
-            return int(self.query(f"SELECT COUNT(*) FROM [{table}]")[0][0])
+            bound = int(self.query(f"SELECT max(rowid) FROM [{table}]")[0][0] or 0)
+        except InputError:  # a table without rowid
+            bound = SMALL_TABLE_ROWS + 1
+        return bound if bound <= SMALL_TABLE_ROWS else int(self.query(f"SELECT COUNT(*) FROM [{table}]")[0][0])
 
     def _read_rows(self, sql: str, names: list[str]) -> dict[str, np.ndarray]:
         """A small table through the open sqlite3 connection: for a few thousand rows this is faster than
@@ -151,6 +172,8 @@ class SqliteExport:
         return f"{self.path}: corrupt or truncated SQLite file ({message})"
 
     def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
         self.conn.close()
 
 

@@ -113,7 +113,7 @@ def _long_calls(api: Table) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=object)
     s, e = api.col("start"), api.col("end")
     long = np.flatnonzero(e - s >= LONG_CALL_NS)
-    return s[long], e[long], api.col("name", dtype=object)[long].astype(str).astype(object)
+    return s[long], e[long], api["name"][long].decode().astype(str).astype(object)
 
 
 def _pair_codes(group: np.ndarray, comm: np.ndarray) -> np.ndarray:

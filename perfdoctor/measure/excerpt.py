@@ -72,14 +72,14 @@ def excerpt(tl: Timeline, kcls: Table, act: Activity, steps: Steps, groups: Grou
                   step_ms=(hi - lo) / 1e6, kernels=int(inside.size), pixel_us=0.0)
     category_codes, categories = class_codes(kcls)["category"]
     category = np.array(categories, dtype=object)[category_codes[inside]]
-    names = k.col("short_name")
+    names = k["short_name"][inside].decode()  # only the step's kernels are named
     # Widen the pixel until the cap holds; if alternating categories still exceed it when a pixel is the
     # whole step, merge narrow kernels across categories too (drawn as "mixed").
     for mixed in (False, True):
         pixel = max((hi - lo) / width_px, 1.0)
         while True:
             rects = _merge(start[inside], end[inside], k.col("stream")[inside], category,
-                           names[inside], pixel, mixed)
+                           names, pixel, mixed)
             if len(rects["start"]) <= max_rects or pixel > hi - lo:
                 break
             pixel *= 2
@@ -156,7 +156,7 @@ def _highlights(tl: Timeline, kcls: Table, act: Activity, one: Steps, groups: Gr
     ln = blocked_norms(tl, kcls, one)
     for row, delay in zip(ln.index, ln.delay_ns):
         s = np.array([start[row] - delay], dtype=np.int64)
-        add("ln_blocked", str(k["short_name"].iat[row]), (s, start[row:row + 1]), int(k["stream"].iat[row]))
+        add("ln_blocked", str(k["short_name"][int(row)]), (s, start[row:row + 1]), int(k["stream"][row]))
     return rows
 
 

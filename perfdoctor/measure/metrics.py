@@ -169,7 +169,7 @@ def timeline_metrics(tl: Timeline, kcls: Table, act: Activity, steps: Steps,
 
 def _ln_evidence(tl: Timeline, ln: Any, groups: GroupLabels, out: dict[str, Any]) -> dict[str, Any]:
     """Which NCCL group held the SMs the blocked norms waited for, the worst cases, and the margins set."""
-    names = tl.kernels.col("short_name", dtype=object)
+    names = tl.kernels["short_name"]  # a few rows are named: no decoding of every kernel's name
     blocker_group = decode(groups.codes[ln.blocker], GROUPS)
     labels = np.array([g if g is not None else "unlabelled" for g in blocker_group], dtype=object)
     by_group = {str(g): int(c) for g, c in zip(*np.unique(labels.astype(str), return_counts=True))} \

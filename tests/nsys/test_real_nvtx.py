@@ -11,10 +11,11 @@ import json
 from collections import Counter
 from pathlib import Path
 
-import pandas as pd
+import numpy as np
 import pytest
 
 from perfdoctor.model import Timeline
+from perfdoctor.table import Table
 from tests.nsys.conftest import ENV_MARKER, LoadedExport
 
 pytestmark = pytest.mark.nsys
@@ -74,7 +75,7 @@ def test_one_cpu_timeline_for_the_program(loaded: LoadedExport) -> None:
 def test_every_emitted_event_is_read_back_once(loaded: LoadedExport) -> None:
     nvtx = only_timeline(loaded).nvtx
     got = Counter(
-        (row.text, row.domain, int(row.event_type), thread_of(loaded, row.tid)) for row in nvtx.itertuples(index=False)
+        (row.text, row.domain, int(row.event_type), thread_of(loaded, row.tid)) for row in nvtx.rows()
     )
     want = Counter((e["text"], e["domain"], EVENT_TYPE[e["kind"]], e["thread"]) for e in emitted(loaded))
     assert got == want
@@ -86,25 +87,25 @@ def test_marks_have_no_end_and_ranges_are_ordered(loaded: LoadedExport) -> None:
     ranges = nvtx[nvtx["event_type"] != EVENT_TYPE["mark"]]
     assert (marks["end"] == -1).all()
     assert (ranges["end"] >= ranges["start"]).all() and (ranges["start"] >= 0).all()
-    assert nvtx["start"].is_monotonic_increasing
+    assert (np.diff(nvtx["start"]) >= 0).all()
 
 
 def test_nesting(loaded: LoadedExport) -> None:
     """Each event's innermost enclosing range on its thread is the one it was emitted inside."""
     nvtx = only_timeline(loaded).nvtx
-    got = Counter((row.text, _innermost_parent(nvtx, row)) for row in nvtx.itertuples(index=False))
+    got = Counter((row.text, _innermost_parent(nvtx, row)) for row in nvtx.rows())
     want = Counter((e["text"], e["parent"]) for e in emitted(loaded))
     assert got == want
 
 
 def test_steps_are_sequential_and_hold_their_phases(loaded: LoadedExport) -> None:
     nvtx = only_timeline(loaded).nvtx
-    steps = nvtx[nvtx["text"].str.startswith("step n=")]
+    steps = nvtx[_starts(nvtx, "step n=")]
     assert list(steps["text"]) == [f"step n={n}" for n in range(len(steps))]
-    assert (steps["start"].to_numpy()[1:] >= steps["end"].to_numpy()[:-1]).all()
-    for step in steps.itertuples(index=False):
+    assert (steps["start"][1:] >= steps["end"][:-1]).all()
+    for step in steps.rows():
         inside = nvtx[(nvtx["tid"] == step.tid) & (nvtx["start"] >= step.start) & (nvtx["end"] <= step.end)]
-        children = Counter(inside["text"]) - Counter([step.text])
+        children = Counter(inside.col("text")) - Counter([step.text])
         assert children == Counter(e["text"] for e in emitted(loaded) if e["parent"] == step.text)
 
 
@@ -112,7 +113,7 @@ def test_start_end_range_ended_on_another_thread(loaded: LoadedExport) -> None:
     nvtx = only_timeline(loaded).nvtx
     crossing = {e["text"]: e["end_thread"] for e in emitted(loaded) if e["end_thread"]}
     assert crossing, "the program emits a range that ends on another thread"
-    for row in nvtx.itertuples(index=False):
+    for row in nvtx.rows():
         if row.text in crossing:
             assert row.end_tid != -1 and thread_of(loaded, row.end_tid) == crossing[row.text]
         else:
@@ -121,21 +122,22 @@ def test_start_end_range_ended_on_another_thread(loaded: LoadedExport) -> None:
 
 def test_start_end_ranges_have_distinct_ids(loaded: LoadedExport) -> None:
     nvtx = only_timeline(loaded).nvtx
-    ids = nvtx.loc[nvtx["event_type"] == EVENT_TYPE["startend"], "range_id"]
-    assert (ids > 0).all() and ids.is_unique
+    ids = nvtx["range_id"][nvtx["event_type"] == EVENT_TYPE["startend"]]
+    assert (ids > 0).all() and np.unique(ids).size == ids.size
 
 
 def test_payload(loaded: LoadedExport) -> None:
     nvtx = only_timeline(loaded).nvtx
     payload = loaded.capture.manifest["payload"]
-    with_payload = nvtx[nvtx["text"] == payload["text"]]
+    text = nvtx.col("text", dtype=object)
+    with_payload = nvtx[text == payload["text"]]
     assert len(with_payload) > 0 and (with_payload["int_value"] == payload["value"]).all()
-    assert (nvtx.loc[nvtx["text"] != payload["text"], "int_value"] == -1).all()
+    assert (nvtx["int_value"][text != payload["text"]] == -1).all()
 
 
 def test_config_mark_is_json(loaded: LoadedExport) -> None:
     nvtx = only_timeline(loaded).nvtx
-    (config,) = nvtx.loc[nvtx["text"].str.startswith("config "), "text"]
+    (config,) = nvtx["text"][_starts(nvtx, "config ")]
     assert json.loads(config.removeprefix("config ")) == {
         "tp": 1,
         "pp": 1,
@@ -155,16 +157,21 @@ def test_captured_environment(loaded: LoadedExport) -> None:
         assert env.get(ENV_MARKER[0]) == ENV_MARKER[1]
 
 
-def _innermost_parent(nvtx: pd.DataFrame, row: object) -> str | None:
+def _starts(nvtx: Table, prefix: str) -> np.ndarray:
+    return np.array([isinstance(t, str) and t.startswith(prefix) for t in nvtx["text"]], dtype=bool)
+
+
+def _innermost_parent(nvtx: Table, row: object) -> str | None:
     """Text of the latest-starting range on the same thread that contains ``row`` (not ``row`` itself)."""
     start, end = row.start, (row.end if row.end != -1 else row.start)
+    text = nvtx.col("text", dtype=object)
     enclosing = nvtx[
         (nvtx["tid"] == row.tid)
         & (nvtx["event_type"] != EVENT_TYPE["mark"])
         & (nvtx["start"] <= start)
         & (nvtx["end"] >= end)
-        & ~((nvtx["start"] == row.start) & (nvtx["end"] == row.end) & (nvtx["text"] == row.text))
+        & ~((nvtx["start"] == row.start) & (nvtx["end"] == row.end) & (text == row.text))
     ]
-    if enclosing.empty:
+    if not len(enclosing):
         return None
-    return enclosing.sort_values("start").iloc[-1]["text"]
+    return enclosing.sorted_by("start")["text"][-1]
