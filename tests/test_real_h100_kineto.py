@@ -1,5 +1,6 @@
 """perfdoctor on its own real H100 captures (tests/data/h100/README.md): a GPT decoder training loop
-profiled eagerly and as one CUDA graph per step, and a CUDA memory snapshot of the same model.
+profiled eagerly, as one CUDA graph per step and under torch.compile(mode="reduce-overhead"), and a CUDA
+memory snapshot of the same model.
 
 Every expected value is read from the files themselves with the standard library, never from
 perfdoctor: the GPU from ``deviceProperties``; steps from the ``ProfilerStep#N`` ranges; busy time as
@@ -29,6 +30,8 @@ from tests.paths import REPO
 DATA = REPO / "tests" / "data" / "h100"
 EAGER = DATA / "gpt_eager.json.gz"
 GRAPH = DATA / "gpt_cudagraph.json.gz"
+COMPILED = DATA / "gpt_compiled.json.gz"
+TRACES = [("eager", EAGER), ("graph", GRAPH), ("compiled", COMPILED)]
 SNAPSHOT = DATA / "gpt_memory.pickle"
 DEVICE_CATEGORIES = ("kernel", "gpu_memset", "gpu_memcpy")
 # The operators whose kernels are, by what they compute, one family (cpu_op names in the trace).
@@ -52,6 +55,11 @@ def eager() -> dict:
 @pytest.fixture(scope="module")
 def graph() -> dict:
     return _perfdoctor("analyze", str(GRAPH))
+
+
+@pytest.fixture(scope="module")
+def compiled() -> dict:
+    return _perfdoctor("analyze", str(COMPILED))
 
 
 def _trace(path: Path) -> dict:
@@ -128,7 +136,7 @@ def _true_families(events: list[dict]) -> dict[str, Counter]:
 # The device and the steps
 
 
-@pytest.mark.parametrize("path", [EAGER, GRAPH], ids=["eager", "graph"])
+@pytest.mark.parametrize("path", [path for _, path in TRACES], ids=[which for which, _ in TRACES])
 def test_gpu_is_the_h100_the_trace_names(path):
     (props,) = _trace(path)["deviceProperties"]
     info, (tl,) = load_kineto(path)
@@ -139,7 +147,7 @@ def test_gpu_is_the_h100_the_trace_names(path):
     assert gpu.total_memory == props["totalGlobalMem"]
 
 
-@pytest.mark.parametrize("which, path", [("eager", EAGER), ("graph", GRAPH)])
+@pytest.mark.parametrize("which, path", TRACES)
 def test_steps_are_the_profiler_steps(which, path, request):
     report = request.getfixturevalue(which)
     steps = _steps(_trace(path)["traceEvents"])
@@ -150,7 +158,7 @@ def test_steps_are_the_profiler_steps(which, path, request):
     assert dev["gpu_name"] == _trace(path)["deviceProperties"][0]["name"]
 
 
-@pytest.mark.parametrize("which, path", [("eager", EAGER), ("graph", GRAPH)])
+@pytest.mark.parametrize("which, path", TRACES)
 def test_busy_fraction_is_the_union_of_gpu_intervals_in_the_steps(which, path, request):
     busy = request.getfixturevalue(which)["metrics"]["all"]["gpu.busy_fraction"]
     expected = _busy(_trace(path)["traceEvents"])
@@ -200,6 +208,35 @@ def test_graph_replays_classify_the_same_kernels_as_eager(graph):
         assert counts.get(family, 0) == in_graph, family
 
 
+def test_compiled_run_keeps_its_gemms_and_attention_and_leaves_nothing_unknown(compiled):
+    """torch.compile generates Triton kernels for everything but the matmuls and SDPA, which stay the eager
+    trace's cuBLAS and cuDNN kernels: those counts carry over by name, and no kernel is left `other`."""
+    truth = _true_families(_trace(EAGER)["traceEvents"])
+    kernels = Counter(e["name"] for e in _trace(COMPILED)["traceEvents"] if e.get("cat") == "kernel")
+    assert sum(n for name, n in kernels.items() if name.startswith("triton_")) > len(kernels)
+    counts = compiled["devices"][0]["category_count"]
+    for family in ("gemm", "attention"):
+        assert counts[family] == sum(n for name, n in kernels.items() if name in truth[family]) \
+            == sum(truth[family].values()), family
+    assert "other" not in counts
+
+
+def test_unfused_ops_go_away_under_torch_compile(eager, compiled):
+    """The eager loop runs PyTorch's GELU functor and log-softmax + NLL kernels (unfused-ops fires); under
+    torch.compile Inductor fuses both, so the finding and its time must go, with the fused kernels still there."""
+    events = _trace(EAGER)["traceEvents"]
+    eager_names = {e["name"] for e in events if e.get("cat") == "kernel"}
+    assert any("GeluCUDAKernelImpl" in n for n in eager_names) and any("nll_loss_forward" in n for n in eager_names)
+    assert "unfused-ops" in {f["rule"] for f in eager["findings"]}
+    assert eager["metrics"]["all"]["kernels.unfused.cross_entropy_ms"] > 0
+    assert eager["metrics"]["all"]["kernels.unfused.bias_activation_ms"] > 0
+    fused = {e["name"] for e in _trace(COMPILED)["traceEvents"] if e.get("cat") == "kernel"}
+    assert any(n.startswith("triton_") and "nll_loss" in n for n in fused)
+    assert any(n.startswith("triton_") and "gelu" in n for n in fused)
+    assert "unfused-ops" not in {f["rule"] for f in compiled["findings"]}
+    assert compiled["metrics"]["all"]["kernels.unfused_ms"] == 0
+
+
 def test_top_kernels_keep_fills_apart_from_arithmetic(graph):
     """PyTorch's vectorized_elementwise_kernel runs adds, casts and GELUs but also fill_ (a memset): one short
     name, two categories, two rows, each with the count the trace gives."""
@@ -236,6 +273,15 @@ def test_graph_trace_is_recognised_as_graphed(graph, eager):
     rules = {f["rule"] for f in graph["findings"]}
     assert not rules & {"cuda-graphs-candidate", "host-launch-bound"}
     assert "host-launch-bound" in {f["rule"] for f in eager["findings"]}
+
+
+def test_compiled_trace_is_recognised_as_graphed(compiled):
+    """CUDA-graph trees replay the compiled forward and backward as two graphs per step."""
+    events = _trace(COMPILED)["traceEvents"]
+    launches = [e["ts"] for e in events if e.get("cat") == "cuda_runtime" and e["name"].startswith("cudaGraphLaunch")]
+    per_step = [sum(a <= t < b for t in launches) for a, b in _steps(events)]
+    assert compiled["metrics"]["all"]["graphs.launches_per_step"] == statistics.median(per_step) == 2
+    assert not {f["rule"] for f in compiled["findings"]} & {"cuda-graphs-candidate", "host-launch-bound"}
 
 
 def test_launch_bound_estimate_is_the_idle_time_graphs_removed(eager, graph):

@@ -8,8 +8,11 @@ Writes into OUT_DIR:
   gpt_memory.pickle      CUDA memory snapshot (torch.cuda.memory._dump_snapshot) of a few eager steps
   env.json               torch / CUDA / GPU versions for the README
   ddp.txt                whether a 2-rank NCCL DDP run on the one GPU was possible
+With --compile (instead of all the above):
+  gpt_compiled.json.gz   the model under torch.compile(mode="reduce-overhead"): Triton kernels replayed
+                         by CUDA-graph trees, fused AdamW eager
 
-Usage: python capture_h100.py OUT_DIR [--cpu-dry-run]
+Usage: python capture_h100.py OUT_DIR [--cpu-dry-run] [--compile]
 The CPU dry run (tiny sizes, CPU profiler only) checks the script where there is no GPU.
 """
 
@@ -180,6 +183,41 @@ def memory_snapshot(cfg: dict, out: Path, entries: int, context: str = "all") ->
     del model, opt
 
 
+def compiled_trace(cfg: dict, device: str, out: Path) -> None:
+    """Forward and loss as one compiled function returning only the loss (the pattern CUDA-graph trees
+    replay safely); backward through the compiled backward; fused AdamW eager."""
+    model, opt = make(cfg, device)
+
+    def loss_of(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        with torch.autocast(device_type=device, dtype=torch.bfloat16):
+            logits = model(x)
+        return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), y.view(-1))
+
+    compiled = torch.compile(loss_of, mode="reduce-overhead" if device == "cuda" else "default")
+
+    def step(x: torch.Tensor, y: torch.Tensor) -> None:
+        torch.compiler.cudagraph_mark_step_begin()
+        with record_function("forward"):
+            loss = compiled(x, y)
+        with record_function("backward"):
+            loss.backward()
+        with record_function("optimizer"):
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+
+    for _ in range(5):  # compile, record the CUDA-graph trees, then replay them
+        step(*batch(cfg, device))
+    sync(device)
+    with profile(activities=activities(device), schedule=schedule(wait=1, warmup=1, active=3, repeat=1)) as prof:
+        for _ in range(5):
+            with record_function("data"):
+                x, y = batch(cfg, device)
+            step(x, y)
+            sync(device)
+            prof.step()
+    prof.export_chrome_trace(str(out))
+
+
 DDP_CHILD = r"""
 import os, sys, torch, torch.distributed as dist
 rank = int(sys.argv[1])
@@ -228,6 +266,12 @@ def main() -> None:
     env["params"] = n
     print(json.dumps(env), flush=True)
     t = time.time()
+    if "--compile" in sys.argv:
+        compiled_trace(cfg, device, out / "gpt_compiled.json.gz")
+        print(f"compiled trace {time.time() - t:.1f}s", flush=True)
+        if device == "cuda":
+            print("compiled trace:", kernel_events(out / "gpt_compiled.json.gz"), flush=True)
+        return
     eager_trace(cfg, device, out / "gpt_eager.json.gz")
     print(f"eager trace {time.time() - t:.1f}s", flush=True)
     if device == "cuda":

@@ -1,7 +1,7 @@
 """Scrub the captures of capture_h100.py before they are committed (README.md beside this file).
 
-Kineto JSON: the profiler's temporary file name (``traceName``) becomes the file's own name, and any
-absolute path left is cut to its last parts; the text is edited in place so that PyTorch's layout (one
+Kineto JSON: the profiler's temporary file name (``traceName``) becomes the file's own name and the
+random ``trace_id`` zeros; the text is edited in place so that PyTorch's layout (one
 indented block per event), which perfdoctor's streaming reader relies on, stays as written.
 Memory snapshot: stack-frame file names lose the machine's prefixes (``/opt/.../site-packages/torch/x.py``
 → ``site-packages/torch/x.py``, the capture script → its name). Then every output is checked for the
@@ -22,6 +22,7 @@ from pathlib import Path
 ABSOLUTE = re.compile(r"(?<![\w.])/(?:opt|work|root|home|tmp|usr|var)/[^\s\"']*")
 SITE = re.compile(r"^.*/(site-packages/.*)$")
 TRACE_NAME = re.compile(rb'"traceName": "[^"]*"')
+TRACE_ID = re.compile(rb'"trace_id": "[0-9A-Fa-f]*"')  # random, but token-shaped: zeroed
 
 
 class PlainData(pickle.Unpickler):
@@ -39,6 +40,7 @@ def short_path(path: str) -> str:
 def scrub_kineto(raw: Path, out: Path) -> None:
     text = gzip.decompress(raw.read_bytes())
     text = TRACE_NAME.sub(f'"traceName": "{out.name.removesuffix(".gz")}"'.encode(), text)
+    text = TRACE_ID.sub(b'"trace_id": "' + b"0" * 32 + b'"', text)
     out.write_bytes(gzip.compress(text, compresslevel=9, mtime=0))
 
 
@@ -73,10 +75,11 @@ def check(path: Path, forbidden: list[str]) -> None:
 def main() -> None:
     raw, out, host, user = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3], sys.argv[4]
     out.mkdir(parents=True, exist_ok=True)
-    for name in ("gpt_eager.json.gz", "gpt_cudagraph.json.gz"):
+    traces = [p.name for p in sorted(raw.glob("gpt_*.json.gz"))]  # eager, cudagraph; compiled from its own run
+    for name in traces:
         scrub_kineto(raw / name, out / name)
     scrub_snapshot(raw / "gpt_memory.pickle.gz", out / "gpt_memory.pickle")
-    for name in ("gpt_eager.json.gz", "gpt_cudagraph.json.gz", "gpt_memory.pickle"):
+    for name in [*traces, "gpt_memory.pickle"]:
         check(out / name, [host, user])
         print(f"{name}\t{(out / name).stat().st_size} bytes, clean")
 
