@@ -32,6 +32,11 @@ def samples() -> dict[str, dict]:
      "at::native::<unnamed>::LogSoftMaxForwardEpilogue>(T4 *, const T2 *, int)", "cross_entropy"),
     ("nll_loss_forward_reduce_cuda_kernel_2d", None, "cross_entropy"),
     ("online_softmax_kernel", None, None),  # TE's fused cross-entropy (Triton)
+    # torch.compile (Inductor) fuses log-softmax and NLL into its own reductions (tests/data/h100/gpt_compiled)
+    ("triton_red_fused__log_softmax__to_copy__unsafe_view_nll_loss_forward_sub_view_17", None, None),
+    ("triton_per_fused__to_copy_add_embedding_dense_backward_native_layer_norm_native_layer_norm_backward_nll_loss_f",
+     None, None),
+    ("triton_red_log_softmax_nll_loss_kernel", None, "cross_entropy"),  # hand-written Triton, not Inductor's fusion
     ("fused_dropout_kernel_vec", None, "dropout"),
     ("triton_poi_fused_add_native_dropout_0", None, None),
     ("triton_poi_fused_native_dropout_backward_0", None, None),

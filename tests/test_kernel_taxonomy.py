@@ -156,6 +156,11 @@ POSITIVE: list[tuple[str, str | None, KernelClass]] = [
     ("cudnn_generated_fort_native_sdpa_sm90_flash_fprop_wgmma_f16_knob_3_64x64x128_4x1x1_kernel0_0", None, ATTN),
     ("cudnn_generated_fort_native_sdpa_sm90_flash_bprop_wgmma_f16_knob_7_64x128x128_4x1x1_kernel0_0", None, ATTN),
     ("cudnn_generated_fort_native_sm100_flash_fprop_f16_knob_1_128x128x64_kernel0_0", None, ATTN),
+    # cuDNN SDPA backward helpers, launched by aten::_scaled_dot_product_cudnn_attention_backward (tests/data/h100)
+    ("void cudnn::fusion::compute_dot_do_o_specialized<true, 128>(void const*, void const*, void*, void*, unsigned)",
+     None, ATTN),
+    ("compute_dot_do_o_specialized", "void cudnn::fusion::compute_dot_do_o_specialized<true, 128>(void const*)", ATTN),
+    ("void cudnn::fusion::convert_dq_to_16bits<true>(void const*, void*, unsigned int)", None, ATTN),
     ("prepare_kernel_fwd", "void transformer_engine::fused_attn::prepare_kernel_fwd<__nv_bfloat16>("
      "transformer_engine::fused_attn::FADescriptor)", ATTN),
     ("prepare_kernel_bwd", None, ATTN),
@@ -341,6 +346,14 @@ POSITIVE: list[tuple[str, str | None, KernelClass]] = [
     # PyTorch glue
     ("indexSelectLargeIndex", None, ew()),
     ("embedding_backward_feature_kernel", None, ew()),
+    # embedding_dense_backward's segment kernels and the gather of aten::gather (tests/data/h100)
+    ("void at::native::(anonymous namespace)::krn_partials_per_segment<long>(long*, long const*, long const*, long)",
+     None, ew()),
+    ("compute_grad_weight", "void at::native::(anonymous namespace)::compute_grad_weight<float, long>(long const*)",
+     ew()),
+    ("void at::native::(anonymous namespace)::sum_and_scatter<float, long>(long const*, float*, long)", None, ew()),
+    ("void at::native::vectorized_gather_kernel<16, long>(char*, char*, long*, int, long, long, long, long, bool)",
+     None, ew()),
     ("triton_red_fused_sum_1", None, ew()),
 ]
 
@@ -366,6 +379,8 @@ NEAR_MISSES: list[tuple[str, str | None, KernelClass]] = [
     ("cudnn_infer_ampere_scudnn_128x64_relu_xregs_large_nn_v1", None, GEMM),  # relu epilogue, still a GEMM
     ("nvjet_tst_128x64_64x8_1x2_h_bz_bias_gelu_TNT", None, GEMM),
     ("rmsnorm_fwd_tuned_kernel_v2", None, NORM),
+    ("void my::cudnn::fusion::compute_dot_do_o<true>(void const*)", None, OTHER),  # not cuDNN's own namespace
+    ("void cudnn::fusion::rowwise_reduce<float>(float const*)", None, OTHER),  # other cuDNN fusion kernels
 ]
 
 

@@ -70,6 +70,9 @@ PATTERNS: tuple[tuple[str, str, str | None, str | None, str | None], ...] = (
     (_B + r"flash_(?:fwd|bwd)_\w*kernel", "attention", None, None, None),
     (r"flash::(?:FlashAttn|prepare_varlen_num_blocks)", "attention", None, None, None),
     (_B + r"cudnn_generated_\w*(?:sdpa|flash_[fb]prop)", "attention", None, None, None),
+    # cuDNN SDPA backward's own helpers around its bprop kernel: rowsum(dO·O) before it, the fp32 dQ
+    # accumulator cast to 16 bits after it (seen on H100, PyTorch 2.11 / cuDNN 9.19, tests/data/h100).
+    (r"^cudnn::fusion::(?:compute_dot_do_o|convert_dq_to_16bits)", "attention", None, None, None),
     (_B + r"(?:prepare_kernel_(?:fwd|bwd)|populate_rng_state_kernel|get_runtime_num_segments_kernel"
      r"|thd_(?:out_correction|grad_correction|lse|read_half_tensor|partition_indices)_kernel"
      r"|convert_(?:thd_to_bshd|bshd_to_thd)_kernel)", "attention", None, None, None),
@@ -125,7 +128,10 @@ PATTERNS: tuple[tuple[str, str, str | None, str | None, str | None], ...] = (
     (_B + r"FillFunctor", "memset", None, None, None),
     # -- elementwise, generic memory-bound kernels --
     (r"elementwise\w*_kernel|" + _B + r"reduce_kernel(?![A-Za-z0-9_])", "elementwise", None, None, None),
+    # Gathers, pooling, and embedding_dense_backward's segment kernels (EmbeddingBackwardKernel.cu).
     (_B + r"(?:indexSelect(?:Large|Small)Index|indexing_backward_kernel|embedding_backward\w*_kernel"
+     r"|vectorized_gather_kernel|krn_partials?_(?:per_segment|segment_offset)|compute_num_of_partial_segments"
+     r"|compute_grad_weight(?:_bags)?|sum_and_scatter"
      r"|(?:max|avg|adaptive_(?:max|avg|average))_?pool)", "elementwise", None, None, None),
     (r"^cudnn::ops::|" + _B + r"(?:nchwToNhwc|nhwcToNchw)Kernel", "elementwise", None, None, None),
     (r"^triton_(?:poi|per|red)_", "elementwise", None, None, None),

@@ -136,15 +136,18 @@ def _streams(k: Table, dur: np.ndarray, comm: np.ndarray) -> list[dict[str, int]
 
 
 def _top_kernels(k: Table, kcls: Table, dur: np.ndarray) -> list[dict]:
+    """The kernels that take the most time, by short name and category: a short name drops the template
+    arguments that classify a kernel, so one name can hold several kinds (PyTorch's
+    ``vectorized_elementwise_kernel`` runs both adds and ``fill_`` memsets) and gets one row per kind."""
     if not len(k):
         return []
-    codes = k["short_name"].codes
     names = k["short_name"].values
-    totals = np.bincount(codes, weights=dur.astype(np.float64), minlength=len(names))
-    counts = np.bincount(codes, minlength=len(names))
     category_codes, categories = class_codes(kcls)["category"]
-    category_of = np.zeros(len(names), dtype=np.int64)
-    category_of[codes] = category_codes  # a name has one category
+    pair = k["short_name"].codes.astype(np.int64) * len(categories) + category_codes
+    keys, inverse = np.unique(pair, return_inverse=True)
+    totals = np.bincount(inverse, weights=dur.astype(np.float64), minlength=len(keys))
+    counts = np.bincount(inverse, minlength=len(keys))
     order = np.argsort(-totals, kind="stable")[:TOP_KERNELS]
-    return [{"name": str(names[i]), "category": categories[category_of[i]], "count": int(counts[i]),
+    return [{"name": str(names[keys[i] // len(categories)]), "category": categories[keys[i] % len(categories)],
+             "count": int(counts[i]),
              "ns": int(round(totals[i]))} for i in order if counts[i]]

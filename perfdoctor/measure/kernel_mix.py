@@ -42,6 +42,7 @@ HOST_COPY_KINDS = (1, 2)
 
 _LOG_SOFTMAX = re.compile(r"(?i)log_?softmax|nll_loss")
 _FUSED_SOFTMAX = re.compile(r"(?i)online_softmax")  # TE's fused cross-entropy (Triton)
+_INDUCTOR = re.compile(r"triton_(?:poi|red|per)_fused_")  # kernels Inductor (torch.compile) generated
 _COMPILED = re.compile(r"^triton_|(?i:fused_(?:bias|add)|bias_dropout|dropout_add)")
 _NATIVE = re.compile(r"at::native::")
 _FUSED_ROPE = re.compile(r"(?i)fused|^triton_|transformer_engine::|flash")
@@ -90,8 +91,8 @@ def unfused_kind(short: str, demangled: str | None = None) -> str | None:
     kind = classify_kernel(short, demangled).kind
     head = signature_head(demangled or short)
     names = f"{short} {head}"
-    if _LOG_SOFTMAX.search(names):
-        return "cross_entropy"
+    if _LOG_SOFTMAX.search(names):  # torch.compile's own log-softmax/NLL kernels are the fusion advised
+        return None if _INDUCTOR.match(short) or _INDUCTOR.match(head) else "cross_entropy"
     if kind == "softmax":
         return None if _FUSED_SOFTMAX.search(names) else "softmax"
     if kind == "dropout":
