@@ -337,3 +337,24 @@ def test_analyze_with_the_snapshot_gives_the_same_peaks_and_the_headroom():
     assert metrics["memory.peak_reserved_bytes"] == peak_reserved
     assert metrics["memory.headroom_fraction"] == pytest.approx(1 - peak_reserved / total)
     assert not [w for w in report["warnings"] if "snapshot" in w]  # same session: no mismatch warning
+
+
+@pytest.mark.parametrize("which, path", TRACES)
+def test_launch_statistics_are_per_launch_call(which, path, request):
+    """A cudaGraphLaunch starts every kernel its graph replays: launch statistics count each call once
+    (median call duration, median interval between consecutive calls on a thread), recomputed here from
+    the runtime events that launched the kernels. Counting per kernel gave a 0 µs interval on graphs."""
+    report = request.getfixturevalue(which)
+    events = _trace(path)["traceEvents"]
+    calls = {e["args"]["correlation"]: e for e in events
+             if e.get("cat") in ("cuda_runtime", "cuda_driver") and "correlation" in e.get("args", {})}
+    launching = {(calls[c]["ts"], calls[c]["tid"], calls[c]["dur"]) for c in
+                 {e["args"]["correlation"] for e in events if e.get("cat") == "kernel"} if c in calls}
+    by_thread: dict = {}
+    for ts, tid, _ in sorted(launching):
+        by_thread.setdefault(tid, []).append(ts)
+    intervals = [b - a for starts in by_thread.values() for a, b in zip(starts, starts[1:])]
+    rank = next(iter(report["metrics"]["ranks"].values()))
+    assert rank["host.launch_interval_us"] == pytest.approx(statistics.median(intervals), rel=1e-3, abs=2e-3)
+    assert rank["host.launch_call_us"] == pytest.approx(statistics.median(d for *_, d in launching), rel=1e-3, abs=2e-3)
+    assert rank["host.launch_interval_us"] > 0

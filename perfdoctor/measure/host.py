@@ -176,7 +176,7 @@ class LaunchStats:
     """Kernel time against launch time: when kernels are shorter than the CPU's interval between
     launches, the GPU drains its queue faster than Python fills it (a host-bound run)."""
 
-    kernel_us: float | None  # median kernel duration
+    kernel_us: float | None  # median kernel duration (per launch call: a graph's kernels as one span)
     launch_call_us: float | None  # median duration of the launch API call
     launch_interval_us: float | None  # median time between consecutive launches on a thread
     short_kernel_fraction: float | None  # kernels shorter than the interval to the next launch
@@ -188,15 +188,20 @@ def launch_stats(tl: Timeline) -> LaunchStats:
     ok = call_start >= 0
     if ok.sum() < 2:
         return LaunchStats(None, None, None, None)
-    duration = (k.col("end") - k.col("start"))[ok]
-    start, tid = call_start[ok], call_tid[ok]
+    k_start, k_end = k.col("start")[ok], k.col("end")[ok]
+    start, end, tid = call_start[ok], call_end[ok], call_tid[ok]
     if not ((tid == tid[0]).all() and np.all(start[1:] >= start[:-1])):  # else: one thread, launch order
         order = np.lexsort((start, tid))
-        start, tid, duration = start[order], tid[order], duration[order]
+        start, end, tid, k_start, k_end = start[order], end[order], tid[order], k_start[order], k_end[order]
+    # One launch call can start many kernels (a CUDA graph traced kernel by kernel): statistics are per
+    # call, its GPU work from its first kernel's start to its last kernel's end.
+    first = np.flatnonzero(np.concatenate(([True], (start[1:] != start[:-1]) | (tid[1:] != tid[:-1]))))
+    duration = np.maximum.reduceat(k_end, first) - np.minimum.reduceat(k_start, first)
+    start, end, tid = start[first], end[first], tid[first]
     interval = np.diff(start)
     same_thread = tid[1:] == tid[:-1]
     interval, shorter = interval[same_thread], (duration[:-1] < interval)[same_thread]
     if not interval.size:
         return LaunchStats(float(np.median(duration)) / 1e3, None, None, None)
-    return LaunchStats(float(np.median(duration)) / 1e3, float(np.median(call_end[ok] - call_start[ok])) / 1e3,
+    return LaunchStats(float(np.median(duration)) / 1e3, float(np.median(end - start)) / 1e3,
                        float(np.median(interval)) / 1e3, float(shorter.mean()))
