@@ -5,28 +5,14 @@ replaced: tests/capture and tests/e2e run it for real.)"""
 from __future__ import annotations
 
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
 
 from perfdoctor.capture import launcher
 from perfdoctor.capture.launcher import CaptureOptions, CaptureResult
-from perfdoctor.cli import main
 from tests.paths import REAL_H100
-
-
-def run_cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    old, sys.argv = sys.argv, ["perfdoctor", *args]
-    try:
-        main()
-        code = 0
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    finally:
-        sys.argv = old
-    out, err = capsys.readouterr()
-    return code, out, err
+from tests.test_cli_bad_input import run_cli
 
 
 @pytest.fixture
