@@ -38,6 +38,8 @@ class Argument(click.Argument):
 
 
 class Command(click.Command):
+    """Lists the arguments with their help above the options, as users of ``--help`` expect."""
+
     def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         rows = [(p.human_readable_name, p.help) for p in self.get_params(ctx) if isinstance(p, Argument)]
         if rows:
@@ -61,6 +63,7 @@ class Group(click.Group):
 
 
 def argument(name: str, help: str, **kwargs: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``click.argument`` with a help text."""
     return click.argument(name, cls=Argument, help=help, **kwargs)
 
 
