@@ -3,7 +3,7 @@
 Exit codes (DESIGN §5): 0 ok; 1 findings at or above ``--fail-on``; 2 bad usage or bad input (one
 line on stderr, never a traceback); 3 internal error. Heavy modules are imported inside the commands
 so that ``perfdoctor --help`` stays fast. Built on click directly: typer 0.29 imports pydantic and
-builds a validator per parameter on every run (~170 ms of a 0.3 s start-up budget).
+builds a validator per parameter on every run (~160 ms of a 0.3 s start-up budget).
 """
 
 from __future__ import annotations
