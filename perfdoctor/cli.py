@@ -2,7 +2,8 @@
 
 Exit codes (DESIGN §5): 0 ok; 1 findings at or above ``--fail-on``; 2 bad usage or bad input (one
 line on stderr, never a traceback); 3 internal error. Heavy modules are imported inside the commands
-so that ``perfdoctor --help`` stays fast.
+so that ``perfdoctor --help`` stays fast. Built on click directly: typer 0.29 imports pydantic and
+builds a validator per parameter on every run (~160 ms of a 0.3 s start-up budget).
 """
 
 from __future__ import annotations
@@ -11,12 +12,10 @@ import math
 import os
 import sys
 from collections.abc import Callable
-from enum import Enum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import TYPE_CHECKING, Any
 
-import typer
-from typer.exceptions import TyperException
+import click
 
 from perfdoctor import __version__
 from perfdoctor.errors import PerfdoctorError, UsageError
@@ -25,60 +24,67 @@ from perfdoctor.outputs import check_outputs, flush_stdout, stdout_error, write_
 if TYPE_CHECKING:
     from rich.console import Console
 
-app = typer.Typer(
-    name="perfdoctor",
-    help="Why is this Megatron/NeMo training run slow, and which knob fixes it? Reads Nsight Systems traces.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
+PATH = click.Path(path_type=Path)  # as given; an existing path must be readable
+FORMATS = click.Choice(["terminal", "json"])
+PLOTLY_JS = click.Choice(["inline", "cdn"])
 
 
-class OutputFormat(str, Enum):
-    terminal = "terminal"
-    json = "json"
+class Argument(click.Argument):
+    """A positional argument with a help text (click's take none), listed under "Arguments" in --help."""
+
+    def __init__(self, *args: Any, help: str, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.help = help
 
 
-class PlotlyJs(str, Enum):
-    inline = "inline"
-    cdn = "cdn"
+class Command(click.Command):
+    """Lists the arguments with their help above the options, as users of ``--help`` expect."""
+
+    def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(p.human_readable_name, p.help) for p in self.get_params(ctx) if isinstance(p, Argument)]
+        if rows:
+            with formatter.section("Arguments"):
+                formatter.write_dl(rows)
+        super().format_options(ctx, formatter)
 
 
-class FailOn(str, Enum):
-    high = "high"
-    medium = "medium"
-    low = "low"
+class Group(click.Group):
+    command_class = Command
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(self.commands)  # in the order of this file (the order of the workflow), not sorted
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        """No arguments: the help on stdout and exit 2 (it is a usage error, but one worth a page)."""
+        if not args and not ctx.resilient_parsing:
+            click.echo(ctx.get_help(), color=ctx.color)
+            ctx.exit(2)
+        return super().parse_args(ctx, args)
 
 
-class SynthFormat(str, Enum):
-    sqlite = "sqlite"
-    kineto = "kineto"
+def argument(name: str, help: str, **kwargs: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """``click.argument`` with a help text."""
+    return click.argument(name, cls=Argument, help=help, **kwargs)
 
 
-class DiffFormat(str, Enum):
-    terminal = "terminal"
-    json = "json"
-    markdown = "markdown"
+def _version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if value and not ctx.resilient_parsing:
+        click.echo(f"perfdoctor {__version__}")
+        ctx.exit()
 
 
-def _version(value: bool) -> None:
-    if value:
-        typer.echo(f"perfdoctor {__version__}")
-        raise typer.Exit()
+@click.group(cls=Group, name="perfdoctor", context_settings={"show_default": True})
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_version,
+              help="Print the version and exit.")
+def app() -> None:
+    """Why is this Megatron/NeMo training run slow, and which knob fixes it? Reads Nsight Systems traces."""
 
 
-@app.callback()
-def _root(
-    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
-                                          help="Print the version and exit.")] = False,
-) -> None:
-    """perfdoctor: trace-based performance diagnosis for Megatron-Core training."""
-
-
-CONFIG_OPTION = typer.Option("--config", help="Run configuration: Megatron-LM arguments (JSON/YAML), a "
-                             "Megatron-Bridge ConfigContainer YAML or a NeMo 2 recipe dump; flags override it.")
-ALLOW_MIXED_OPTION = typer.Option("--allow-mixed", help="Analyse inputs that are different captures (other session "
-                                  "times, manifests or world sizes) as one run anyway.")
+config_option = click.option("--config", "config_file", type=PATH, help=(
+    "Run configuration: Megatron-LM arguments (JSON/YAML), a Megatron-Bridge ConfigContainer YAML or a NeMo 2 "
+    "recipe dump; flags override it."))
+allow_mixed_option = click.option("--allow-mixed", is_flag=True, help=(
+    "Analyse inputs that are different captures (other session times, manifests or world sizes) as one run anyway."))
 
 
 def _gib_bytes(gib: float | None) -> int | None:
@@ -91,55 +97,53 @@ def _gib_bytes(gib: float | None) -> int | None:
 
 
 @app.command()
-def analyze(
-    paths: Annotated[list[Path], typer.Argument(help="nsys SQLite exports, or run directories holding them.")],
-    output_format: Annotated[OutputFormat, typer.Option("--format", "-f", help="Output format.")] =
-        OutputFormat.terminal,
-    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write to FILE instead of stdout.")] = None,
-    tp: Annotated[Optional[int], typer.Option(help="Tensor-parallel size, if the trace does not say.")] = None,
-    pp: Annotated[Optional[int], typer.Option(help="Pipeline-parallel size.")] = None,
-    vpp: Annotated[Optional[int], typer.Option(help="Virtual pipeline stages per rank.")] = None,
-    cp: Annotated[Optional[int], typer.Option(help="Context-parallel size.")] = None,
-    dp: Annotated[Optional[int], typer.Option(help="Data-parallel size.")] = None,
-    ep: Annotated[Optional[int], typer.Option(help="Expert-parallel size.")] = None,
-    num_microbatches: Annotated[Optional[int], typer.Option(help="Micro-batches per step.")] = None,
-    html: Annotated[Optional[Path], typer.Option("--html", help="Also write a self-contained HTML report.")] = None,
-    markdown: Annotated[Optional[Path], typer.Option("--markdown", help="Also write a Markdown report (PR comment).")]
-        = None,
-    plotly_js: Annotated[PlotlyJs, typer.Option("--plotly-js", help="HTML: inline plotly.js (offline) or a CDN link.")]
-        = PlotlyJs.inline,
-    fail_on: Annotated[Optional[FailOn], typer.Option("--fail-on", help="Exit 1 when a finding has this severity or "
-                                                      "higher (CI gating).")] = None,
-    rules: Annotated[Optional[list[Path]], typer.Option("--rules", help="Directory of extra rule files (*.yaml); "
-                                                        "repeatable.")] = None,
-    config_file: Annotated[Optional[Path], CONFIG_OPTION] = None,
-    allow_mixed: Annotated[bool, ALLOW_MIXED_OPTION] = False,
-    device_memory: Annotated[Optional[float], typer.Option(
-        "--device-memory", metavar="GIB", help="GPU memory in GiB (e.g. 80) for the memory headroom rules; "
-                                               "wins over the trace's GPU table (MIG slices).")] = None,
-    jobs: Annotated[Optional[int], typer.Option("--jobs", "-j", min=1, help="Processes analysing ranks in parallel "
-                                                "(default: the machine's cores).")] = None,
-    dask: Annotated[Optional[str], typer.Option("--dask", help="Run the per-rank tasks on Dask: `local` (a "
-                                                "LocalCluster of --jobs workers) or tcp://HOST:PORT.")] = None,
-    sample: Annotated[Optional[int], typer.Option("--sample", min=1, help="Analyse this many representative files "
-                                                  "of a large run (every PP stage, the slowest and fastest of a "
-                                                  "first pass, the rest spread over ranks).")] = None,
-) -> None:
+@argument("paths", nargs=-1, required=True, type=PATH, help="nsys SQLite exports, or run directories holding them.")
+@click.option("--format", "-f", "output_format", type=FORMATS, default="terminal", help="Output format.")
+@click.option("--output", "-o", type=PATH, help="Write to FILE instead of stdout.")
+@click.option("--tp", type=int, help="Tensor-parallel size, if the trace does not say.")
+@click.option("--pp", type=int, help="Pipeline-parallel size.")
+@click.option("--vpp", type=int, help="Virtual pipeline stages per rank.")
+@click.option("--cp", type=int, help="Context-parallel size.")
+@click.option("--dp", type=int, help="Data-parallel size.")
+@click.option("--ep", type=int, help="Expert-parallel size.")
+@click.option("--num-microbatches", type=int, help="Micro-batches per step.")
+@click.option("--html", type=PATH, help="Also write a self-contained HTML report.")
+@click.option("--markdown", type=PATH, help="Also write a Markdown report (PR comment).")
+@click.option("--plotly-js", type=PLOTLY_JS, default="inline", help="HTML: inline plotly.js (offline) or a CDN link.")
+@click.option("--fail-on", type=click.Choice(["high", "medium", "low"]),
+              help="Exit 1 when a finding has this severity or higher (CI gating).")
+@click.option("--rules", type=PATH, multiple=True, help="Directory of extra rule files (*.yaml); repeatable.")
+@config_option
+@allow_mixed_option
+@click.option("--device-memory", type=float, metavar="GIB", help=(
+    "GPU memory in GiB (e.g. 80) for the memory headroom rules; wins over the trace's GPU table (MIG slices)."))
+@click.option("--jobs", "-j", type=click.IntRange(min=1), help=(
+    "Processes analysing ranks in parallel (default: the machine's cores)."))
+@click.option("--dask", help="Run the per-rank tasks on Dask: `local` (a LocalCluster of --jobs workers) or "
+                             "tcp://HOST:PORT.")
+@click.option("--sample", type=click.IntRange(min=1), help=(
+    "Analyse this many representative files of a large run (every PP stage, the slowest and fastest of a first "
+    "pass, the rest spread over ranks)."))
+def analyze(paths: tuple[Path, ...], output_format: str, output: Path | None, tp: int | None, pp: int | None,
+            vpp: int | None, cp: int | None, dp: int | None, ep: int | None, num_microbatches: int | None,
+            html: Path | None, markdown: Path | None, plotly_js: str, fail_on: str | None, rules: tuple[Path, ...],
+            config_file: Path | None, allow_mixed: bool, device_memory: float | None, jobs: int | None,
+            dask: str | None, sample: int | None) -> None:
     """Measure where each GPU's time goes and print the breakdown."""
     from perfdoctor import api
     from perfdoctor.load.config_file import user_config
     from perfdoctor.render.terminal import analysis_progress
 
     check_outputs({"--output": output, "--html": html, "--markdown": markdown},
-                  [*paths, *(rules or []), *([config_file] if config_file else [])])
+                  [*paths, *rules, *([config_file] if config_file else [])])
     config, sources = user_config(config_file, {"tp": tp, "pp": pp, "vpp": vpp, "cp": cp, "dp": dp, "ep": ep,
                                                 "num_microbatches": num_microbatches})
     with analysis_progress() as progress:
-        report = api.analyze(paths, config, progress=progress, rules_dirs=rules, timeline_excerpts=html is not None,
-                             config_sources=sources, allow_mixed=allow_mixed,
+        report = api.analyze(list(paths), config, progress=progress, rules_dirs=list(rules) or None,
+                             timeline_excerpts=html is not None, config_sources=sources, allow_mixed=allow_mixed,
                              device_memory_bytes=_gib_bytes(device_memory), jobs=jobs, dask=dask, sample=sample)
-    _write_reports(report, html, markdown, plotly_js.value)
-    if output_format is OutputFormat.json:
+    _write_reports(report, html, markdown, plotly_js)
+    if output_format == "json":
         from perfdoctor.render.json import render_json
 
         _emit(render_json(report), output)
@@ -148,25 +152,19 @@ def analyze(
 
         _print_rich(lambda console, to_file: render_terminal(report, console), output)
     if fail_on is not None:
-        failing = _failing_findings(report.findings, fail_on.value)
+        failing = _failing_findings(report.findings, fail_on)
         if failing:
-            sys.stderr.write(f"perfdoctor: {len(failing)} finding(s) at or above --fail-on {fail_on.value}: "
+            sys.stderr.write(f"perfdoctor: {len(failing)} finding(s) at or above --fail-on {fail_on}: "
                              f"{', '.join(failing)}\n")
-            raise typer.Exit(1)
-
-
-class RulesFormat(str, Enum):
-    table = "table"
-    json = "json"
+            raise click.exceptions.Exit(1)
 
 
 @app.command("rules")
-def list_rules(
-    rules: Annotated[Optional[list[Path]], typer.Option("--rules", help="Directory of extra rule files; repeatable.")]
-        = None,
-    output_format: Annotated[RulesFormat, typer.Option("--format", "-f", help="Output format.")] = RulesFormat.table,
-    metrics: Annotated[bool, typer.Option("--metrics", help="List the metric names rules can use instead.")] = False,
-) -> None:
+@click.option("--rules", type=PATH, multiple=True, help="Directory of extra rule files; repeatable.")
+@click.option("--format", "-f", "output_format", type=click.Choice(["table", "json"]), default="table",
+              help="Output format.")
+@click.option("--metrics", is_flag=True, help="List the metric names rules can use instead.")
+def list_rules(rules: tuple[Path, ...], output_format: str, metrics: bool) -> None:
     """List the diagnosis rules (shipped catalog plus --rules directories)."""
     import json
 
@@ -175,11 +173,10 @@ def list_rules(
 
     if metrics:
         names = sorted(known_metrics())
-        _emit(json.dumps(names, indent=2) + "\n" if output_format is RulesFormat.json else "\n".join(names) + "\n",
-              None)
+        _emit(json.dumps(names, indent=2) + "\n" if output_format == "json" else "\n".join(names) + "\n", None)
         return
-    rows = [rule_row(r) for r in load_rules(rules)]
-    if output_format is RulesFormat.json:
+    rows = [rule_row(r) for r in load_rules(list(rules) or None)]
+    if output_format == "json":
         _emit(json.dumps(rows, indent=2) + "\n", None)
         return
     from rich.table import Table
@@ -195,16 +192,14 @@ def list_rules(
 
 
 @app.command()
-def explain(
-    rule_id: Annotated[str, typer.Argument(metavar="RULE", help="Rule id, e.g. exposed-dp-comm.")],
-    rules: Annotated[Optional[list[Path]], typer.Option("--rules", help="Directory of extra rule files; repeatable.")]
-        = None,
-) -> None:
+@argument("rule_id", metavar="RULE", help="Rule id, e.g. exposed-dp-comm.")
+@click.option("--rules", type=PATH, multiple=True, help="Directory of extra rule files; repeatable.")
+def explain(rule_id: str, rules: tuple[Path, ...]) -> None:
     """Explain one rule: what it detects, why it happens, how to fix it per framework, how to verify."""
     from perfdoctor.diagnose.explain import explain_text
     from perfdoctor.diagnose.rules import load_rules
 
-    catalog = {r.id: r for r in load_rules(rules)}
+    catalog = {r.id: r for r in load_rules(list(rules) or None)}
     if rule_id not in catalog:
         raise UsageError(f"unknown rule {rule_id!r} (see `perfdoctor rules`)")
     from perfdoctor.render.escape import terminal_text
@@ -213,23 +208,21 @@ def explain(
 
 
 @app.command()
-def diff(
-    base: Annotated[Path, typer.Argument(help="Base run: a trace, a run directory, or a JSON report.")],
-    head: Annotated[Path, typer.Argument(help="Head run (the change under review), same kinds as BASE.")],
-    output_format: Annotated[DiffFormat, typer.Option("--format", "-f", help="Output format.")] = DiffFormat.terminal,
-    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write to FILE instead of stdout.")] = None,
-    html: Annotated[Optional[Path], typer.Option("--html", help="Also write the diff as a self-contained HTML page.")]
-        = None,
-    markdown: Annotated[Optional[Path], typer.Option("--markdown", help="Also write the diff as Markdown.")] = None,
-    plotly_js: Annotated[PlotlyJs, typer.Option("--plotly-js", help="HTML: inline plotly.js or link the CDN.")]
-        = PlotlyJs.inline,
-    fail_on_regression: Annotated[Optional[float], typer.Option(
-        "--fail-on-regression", metavar="PCT",
-        help="Exit 1 when the median step time (per unit of work for window-only captures) grew by more than "
-             "PCT %, beyond noise, or when the runs are not comparable.")] = None,
-    config_file: Annotated[Optional[Path], CONFIG_OPTION] = None,
-    allow_mixed: Annotated[bool, ALLOW_MIXED_OPTION] = False,
-) -> None:
+@argument("base", type=PATH, help="Base run: a trace, a run directory, or a JSON report.")
+@argument("head", type=PATH, help="Head run (the change under review), same kinds as BASE.")
+@click.option("--format", "-f", "output_format", type=click.Choice(["terminal", "json", "markdown"]),
+              default="terminal", help="Output format.")
+@click.option("--output", "-o", type=PATH, help="Write to FILE instead of stdout.")
+@click.option("--html", type=PATH, help="Also write the diff as a self-contained HTML page.")
+@click.option("--markdown", type=PATH, help="Also write the diff as Markdown.")
+@click.option("--plotly-js", type=PLOTLY_JS, default="inline", help="HTML: inline plotly.js or link the CDN.")
+@click.option("--fail-on-regression", type=float, metavar="PCT", help=(
+    "Exit 1 when the median step time (per unit of work for window-only captures) grew by more than PCT %, "
+    "beyond noise, or when the runs are not comparable."))
+@config_option
+@allow_mixed_option
+def diff(base: Path, head: Path, output_format: str, output: Path | None, html: Path | None, markdown: Path | None,
+         plotly_js: str, fail_on_regression: float | None, config_file: Path | None, allow_mixed: bool) -> None:
     """Compare two runs: per-metric deltas against noise, new / resolved / changed findings."""
     from perfdoctor import api
     from perfdoctor.load.config_file import user_config
@@ -243,18 +236,18 @@ def diff(
     if html is not None:
         from perfdoctor.render.diff_html import render_diff_html
 
-        _emit(render_diff_html(d, plotly_js.value), html)
+        _emit(render_diff_html(d, plotly_js), html)
     if markdown is not None:
         from perfdoctor.render.diff_markdown import render_diff_markdown
 
         _emit(render_diff_markdown(d), markdown)
-    if output_format is DiffFormat.json:
+    if output_format == "json":
         import json
 
         from perfdoctor.diff import diff_dict
 
         _emit(json.dumps(diff_dict(d), indent=2) + "\n", output)
-    elif output_format is DiffFormat.markdown:
+    elif output_format == "markdown":
         from perfdoctor.render.diff_markdown import render_diff_markdown
 
         _emit(render_diff_markdown(d), output)
@@ -264,25 +257,22 @@ def diff(
         _print_rich(lambda console, to_file: render_diff_terminal(d, console, show_all=to_file), output)
     if fail_on_regression is not None and not d.basis.comparable:
         sys.stderr.write(f"perfdoctor: the runs are not comparable ({d.basis.reason}): cannot rule out a regression\n")
-        raise typer.Exit(1)
+        raise click.exceptions.Exit(1)
     if fail_on_regression is not None and d.step_regression_pct > fail_on_regression:
         sys.stderr.write(f"perfdoctor: step time regressed by {d.step_regression_pct:.1f} % "
                          f"(> --fail-on-regression {fail_on_regression:g})\n")
-        raise typer.Exit(1)
+        raise click.exceptions.Exit(1)
 
 
 @app.command()
-def memory(
-    paths: Annotated[list[Path], typer.Argument(help="PyTorch CUDA memory snapshots (*.pickle from "
-                                                "torch.cuda.memory._dump_snapshot), or run directories.")],
-    output_format: Annotated[OutputFormat, typer.Option("--format", "-f", help="Output format.")] =
-        OutputFormat.terminal,
-    output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Write to FILE instead of stdout.")] = None,
-    device_memory: Annotated[Optional[float], typer.Option(
-        "--device-memory", metavar="GIB", help="GPU memory in GiB (e.g. 80), for the headroom.")] = None,
-    device: Annotated[Optional[int], typer.Option(help="Device to measure (default: the one holding the most).")]
-        = None,
-) -> None:
+@argument("paths", nargs=-1, required=True, type=PATH, help=(
+    "PyTorch CUDA memory snapshots (*.pickle from torch.cuda.memory._dump_snapshot), or run directories."))
+@click.option("--format", "-f", "output_format", type=FORMATS, default="terminal", help="Output format.")
+@click.option("--output", "-o", type=PATH, help="Write to FILE instead of stdout.")
+@click.option("--device-memory", type=float, metavar="GIB", help="GPU memory in GiB (e.g. 80), for the headroom.")
+@click.option("--device", type=int, help="Device to measure (default: the one holding the most).")
+def memory(paths: tuple[Path, ...], output_format: str, output: Path | None, device_memory: float | None,
+           device: int | None) -> None:
     """Peak allocated/reserved memory, fragmentation, headroom and top allocation sites of snapshots.
 
     Snapshots are read without running any code from them (a pickle that asks for a function is refused).
@@ -290,9 +280,9 @@ def memory(
     from perfdoctor import __version__, api
 
     total = _gib_bytes(device_memory)
-    check_outputs({"--output": output}, paths)
-    measurements = api.memory(paths, device_total_bytes=total, device=device)
-    if output_format is OutputFormat.json:
+    check_outputs({"--output": output}, list(paths))
+    measurements = api.memory(list(paths), device_total_bytes=total, device=device)
+    if output_format == "json":
         from perfdoctor.render.memory import render_memory_json
 
         _emit(render_memory_json(measurements, __version__), output)
@@ -303,32 +293,27 @@ def memory(
 
 
 @app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
-def capture(
-    ctx: typer.Context,
-    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Run directory (default: "
-                                                "perfdoctor-runs/<date-time>).")] = None,
-    steps: Annotated[Optional[str], typer.Option(help="Optimizer steps to capture, A-B (from 0), e.g. 10-12.")]
-        = None,
-    ranks: Annotated[str, typer.Option(help="Ranks to profile: all, or a list like 0,1,8.")] = "all",
-    per_rank: Annotated[Optional[bool], typer.Option("--per-rank/--per-node", help="One report per rank, or one per "
-                                                     "node (default: per node; per rank under srun alone).")]
-        = None,
-    memory: Annotated[bool, typer.Option("--memory/--no-memory", help="Record CUDA memory history and dump a "
-                                         "snapshot per rank at the end of the window.")] = True,
-    memory_max_entries: Annotated[int, typer.Option(help="Allocator events kept per rank (ring buffer).")]
-        = 100_000,
-    nsys_arg: Annotated[Optional[list[str]], typer.Option("--nsys-arg", help="Extra `nsys profile` argument "
-                                                          "(repeatable; write --nsys-arg=--flag=value).")] = None,
-    nsys: Annotated[Optional[str], typer.Option("--nsys", help="The nsys CLI to use (default: nsys on PATH).")]
-        = None,
-    force: Annotated[bool, typer.Option("--force", help="Write into a non-empty run directory, overwriting "
-                                        "files of the same names.")] = False,
-    run_analyze: Annotated[bool, typer.Option("--analyze", help="Run `perfdoctor analyze RUN_DIR` at the end.")]
-        = False,
-    keep_reports: Annotated[str, typer.Option("--keep-reports", help="yes, or no: delete each .nsys-rep once its "
-                                              "scrubbed SQLite export is written (reports hold the unredacted "
-                                              "environment; use no for runs you will share).")] = "yes",
-) -> None:
+@click.option("--out", "-o", type=PATH, help="Run directory (default: perfdoctor-runs/<date-time>).")
+@click.option("--steps", help="Optimizer steps to capture, A-B (from 0), e.g. 10-12.")
+@click.option("--ranks", default="all", help="Ranks to profile: all, or a list like 0,1,8.")
+@click.option("--per-rank/--per-node", default=None, help=(
+    "One report per rank, or one per node (default: per node; per rank under srun alone)."))
+@click.option("--memory/--no-memory", default=True, help=(
+    "Record CUDA memory history and dump a snapshot per rank at the end of the window."))
+@click.option("--memory-max-entries", type=int, default=100_000, help="Allocator events kept per rank (ring buffer).")
+@click.option("--nsys-arg", multiple=True, help="Extra `nsys profile` argument (repeatable; write "
+                                                "--nsys-arg=--flag=value).")
+@click.option("--nsys", help="The nsys CLI to use (default: nsys on PATH).")
+@click.option("--force", is_flag=True, help="Write into a non-empty run directory, overwriting files of the same "
+                                            "names.")
+@click.option("--analyze", "run_analyze", is_flag=True, help="Run `perfdoctor analyze RUN_DIR` at the end.")
+@click.option("--keep-reports", default="yes", help=(
+    "yes, or no: delete each .nsys-rep once its scrubbed SQLite export is written (reports hold the unredacted "
+    "environment; use no for runs you will share)."))
+@click.pass_context
+def capture(ctx: click.Context, out: Path | None, steps: str | None, ranks: str, per_rank: bool | None, memory: bool,
+            memory_max_entries: int, nsys_arg: tuple[str, ...], nsys: str | None, force: bool, run_analyze: bool,
+            keep_reports: str) -> None:
     """Run a training command under nsys with perfdoctor's per-rank labels: perfdoctor capture [OPTIONS] -- CMD ...
 
     CMD is `torchrun ...`, `python ...` or `srun ...`. The training code is not modified: a sitecustomize
@@ -343,7 +328,7 @@ def capture(
         raise UsageError(f"--keep-reports {keep_reports!r}: expected yes or no")
     options = CaptureOptions(command=list(ctx.args), out=out, steps=parse_steps(steps), ranks=parse_ranks(ranks),
                              per_rank=per_rank, memory=memory, memory_max_entries=memory_max_entries,
-                             nsys_args=list(nsys_arg or []), nsys=nsys, force=force,
+                             nsys_args=list(nsys_arg), nsys=nsys, force=force,
                              keep_reports=keep_reports == "yes")
 
     def say(line: str) -> None:
@@ -358,28 +343,26 @@ def capture(
         f"export(s), manifest.json; training exit code {training}{interrupted}")
     if run_analyze and not result.interrupted_by:
         if result.exports or any(result.run_dir.glob("*.sqlite")):
-            analyze([result.run_dir])
+            ctx.invoke(analyze, paths=(result.run_dir,))
         else:
             say("--analyze: nothing to analyse (no SQLite export)")
     if result.exit_code:
-        raise typer.Exit(result.exit_code)
+        raise click.exceptions.Exit(result.exit_code)
 
 
 @app.command()
-def synth(
-    scenario: Annotated[Path, typer.Argument(help="Scenario YAML (see perfdoctor/synth/scenarios/).")],
-    out: Annotated[Path, typer.Option("--out", "-o", help="Directory for the traces and truth files.")],
-    seed: Annotated[Optional[int], typer.Option(help="Override the scenario's seed.")] = None,
-    schema: Annotated[Optional[str], typer.Option(help="nsys export schema style to write.")] = None,
-    trace_format: Annotated[SynthFormat, typer.Option("--format", help="sqlite: nsys exports; kineto: PyTorch "
-                                                      "profiler traces (one .pt.trace.json.gz per rank).")]
-        = SynthFormat.sqlite,
-) -> None:
+@argument("scenario", type=PATH, help="Scenario YAML (see perfdoctor/synth/scenarios/).")
+@click.option("--out", "-o", type=PATH, required=True, help="Directory for the traces and truth files.")
+@click.option("--seed", type=int, help="Override the scenario's seed.")
+@click.option("--schema", help="nsys export schema style to write.")
+@click.option("--format", "trace_format", type=click.Choice(["sqlite", "kineto"]), default="sqlite", help=(
+    "sqlite: nsys exports; kineto: PyTorch profiler traces (one .pt.trace.json.gz per rank)."))
+def synth(scenario: Path, out: Path, seed: int | None, schema: str | None, trace_format: str) -> None:
     """Simulate Megatron training steps and write nsys SQLite (or PyTorch profiler) traces plus ground-truth JSON."""
     from perfdoctor.synth import run_scenario
 
-    for path in run_scenario(scenario, out, seed=seed, schema=schema, fmt=trace_format.value):
-        typer.echo(str(path))
+    for path in run_scenario(scenario, out, seed=seed, schema=schema, fmt=trace_format):
+        click.echo(str(path))
 
 
 SEVERITY_RANK = {"high": 3, "medium": 2, "low": 1, "info": 0}
@@ -438,14 +421,11 @@ def main() -> None:
         code = app(standalone_mode=False)
     except PerfdoctorError as exc:
         _fail(str(exc), exc.exit_code)
-    except typer.Exit as exc:
+    except click.exceptions.Exit as exc:
         _exit_interrupted_or(exc.exit_code)
-    except (typer.Abort, KeyboardInterrupt):
+    except (click.Abort, KeyboardInterrupt):
         _fail("interrupted", 130)
-    except TyperException as exc:  # usage errors (typer's bundled click) carry their own exit code
-        if type(exc).__name__ == "NoArgsIsHelpError":
-            exc.show()  # prints the help, as click does
-            sys.exit(exc.exit_code)
+    except click.ClickException as exc:  # usage errors carry their own exit code
         _fail(f"{exc.format_message()} (see `perfdoctor --help`)", exc.exit_code)
     except Exception as exc:
         if os.environ.get("PERFDOCTOR_DEBUG"):

@@ -35,3 +35,23 @@ def test_analyze_imports_only_what_its_output_needs():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip().splitlines()[-1] == "[]"
+
+
+CLI_FRAMEWORKS = ("typer", "pydantic", "plotly", "jinja2", "rich.progress")
+
+
+def test_analyze_does_not_import_typer_pydantic_or_the_html_stack():
+    """The CLI is plain click: `analyze --help` and a terminal analysis load neither typer nor pydantic
+    (typer 0.29 builds a pydantic validator per parameter on every run) nor the HTML report's stack, nor
+    the live progress bar when stderr is not a terminal. Run as a user runs it (``python -m perfdoctor``),
+    the modules listed at exit."""
+    from tests.paths import REAL_H100
+
+    code = ("import atexit, sys\n"
+            f"atexit.register(lambda: sys.stderr.write('LOADED ' + repr([m for m in {CLI_FRAMEWORKS!r} "
+            "if m in sys.modules]) + '\\n'))\n"
+            "import runpy; runpy.run_module('perfdoctor', run_name='__main__', alter_sys=True)")
+    for argv in (["analyze", "--help"], ["analyze", str(REAL_H100)]):
+        proc = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+        assert proc.stderr.strip().splitlines()[-1] == "LOADED []", (argv, proc.stderr[-2000:])

@@ -12,7 +12,6 @@ from contextlib import contextmanager
 from rich.console import Console, Group
 from rich.markup import escape
 from rich.panel import Panel
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 from rich.text import Text
 
@@ -36,6 +35,15 @@ def analysis_progress(console: Console | None = None) -> Iterator[Callable[[int,
     if not console.is_terminal:
         yield _every_tenth(console)
         return
+    from rich.progress import (  # a live bar on a terminal only: logs and pipes never pay for its import
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TimeRemainingColumn())
     with Progress(*columns, console=console, transient=True) as bar:
