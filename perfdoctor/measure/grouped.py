@@ -1,0 +1,101 @@
+"""Per-group reductions over rows that share a key, with numpy alone.
+
+The cross-rank matching (:mod:`perfdoctor.measure.peers`) runs for every multi-GPU file in the main
+process, and pandas alone costs ~0.2 s to import (issue 16: start-up), so its group-bys are done here:
+rows get dense integer group codes in the sorted order of their key tuples (as a pandas group-by
+orders its groups), and each reduction is one sort plus reads at the group boundaries. Sorts are on
+single int64 keys made unique by the row number (numpy's fastest sort), not multi-key lexsorts.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+# Packed keys stay below this, so that multiplying by one more key's span cannot overflow int64.
+_PACK_LIMIT = 2**62
+
+
+class Groups:
+    """Rows (0..len-1) partitioned by key: ``codes[row]`` is the row's group, numbered 0..n-1 in the
+    sorted order of the key tuples; ``order`` lists the rows group by group, each group's rows in row
+    order; a group's rows are ``order[starts[j]:ends[j]]``. Groups made by :func:`groups` each have a
+    row; the reductions need that."""
+
+    def __init__(self, codes: np.ndarray, n: int) -> None:
+        self.codes, self.n = codes, n
+        in_order = codes.size < 2 or bool((codes[1:] >= codes[:-1]).all())  # e.g. rows already by rank
+        self.order = np.arange(codes.size) if in_order else _argsort_within(codes, np.arange(codes.size))
+        self.size = np.bincount(codes, minlength=n)
+        self.ends = np.cumsum(self.size)
+        self.starts = self.ends - self.size
+
+    def first(self, values: np.ndarray) -> np.ndarray:
+        """Per group, the value of its first row (a group's key when ``values`` is a key column)."""
+        return values[self.order[self.starts]]
+
+    def rows(self, j: int) -> np.ndarray:
+        return self.order[self.starts[j]:self.ends[j]]
+
+    def sum(self, values: np.ndarray) -> np.ndarray:
+        """Per group, the sum of ``values`` in their dtype (integers stay exact)."""
+        if not self.n:
+            return np.zeros(0, dtype=values.dtype)
+        return np.add.reduceat(values[self.order], self.starts)
+
+    def min(self, values: np.ndarray) -> np.ndarray:
+        if not self.n:
+            return np.zeros(0, dtype=values.dtype)
+        return np.minimum.reduceat(values[self.order], self.starts)
+
+    def median(self, values: np.ndarray) -> np.ndarray:
+        """Per group, the float64 median of ``values``: the middle value, or the mean of the two middle
+        ones ((lo + hi) / 2, as numpy and pandas compute it)."""
+        v = values.astype(np.float64)
+        by_value = np.empty(v.size, dtype=np.int64)
+        by_value[np.argsort(v)] = np.arange(v.size)  # ties in any order: they are the same value
+        ordered = v[_argsort_within(self.codes, by_value)]
+        return (ordered[self.starts + (self.size - 1) // 2] + ordered[self.starts + self.size // 2]) / 2
+
+    def first_max(self, values: np.ndarray) -> np.ndarray:
+        """Per group, the row holding its largest value — on ties its first row (pandas' idxmax)."""
+        if not self.n:
+            return np.zeros(0, dtype=np.int64)
+        ordered = values[self.order]
+        top = ordered == np.maximum.reduceat(ordered, self.starts)[self.codes[self.order]]
+        rows, codes = self.order[top], self.codes[self.order[top]]  # group by group, in row order
+        return rows[np.flatnonzero(np.r_[True, codes[1:] != codes[:-1]])]
+
+
+def groups(*keys: np.ndarray) -> Groups:
+    """Group rows by the tuple of equal-length integer ``keys`` (lexicographic order of the tuples)."""
+    if not keys[0].size:
+        return Groups(np.zeros(0, dtype=np.int64), 0)
+    packed, span = np.zeros(keys[0].size, dtype=np.int64), 1
+    for key in keys:
+        code, key_span = _dense(key)
+        if span * key_span >= _PACK_LIMIT:
+            packed, span = _dense(packed, span)
+        packed = packed * key_span + code
+        span *= key_span
+    return Groups(*_dense(packed, span))
+
+
+def _dense(key: np.ndarray, span: int | None = None) -> tuple[np.ndarray, int]:
+    """Codes 0..n-1 of the distinct values of ``key`` in their sorted order, and n. Without a sort when
+    the values lie in a range not much wider than the rows (``span``: the range of a non-negative key
+    when known)."""
+    lo = 0 if span is not None else int(key.min())
+    hi = span - 1 if span is not None else int(key.max())
+    if hi - lo < 4 * key.size + 1024:
+        offset = (key - key.dtype.type(lo)).astype(np.int64) if key.dtype.kind == "u" else key.astype(np.int64) - lo
+        present = np.zeros(hi - lo + 1, dtype=bool)
+        present[offset] = True
+        rank = np.cumsum(present) - 1
+        return rank[offset], int(rank[-1]) + 1
+    values, inverse = np.unique(key, return_inverse=True)
+    return inverse.astype(np.int64), int(values.size)
+
+
+def _argsort_within(codes: np.ndarray, rank: np.ndarray) -> np.ndarray:
+    """Rows sorted by group code, then by ``rank`` (distinct per row, 0..len-1): one int64 sort."""
+    return np.argsort(codes.astype(np.int64) * max(rank.size, 1) + rank)
