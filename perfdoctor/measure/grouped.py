@@ -21,10 +21,12 @@ class Groups:
     order; a group's rows are ``order[starts[j]:ends[j]]``. Groups made by :func:`groups` each have a
     row; the reductions need that."""
 
-    def __init__(self, codes: np.ndarray, n: int) -> None:
+    def __init__(self, codes: np.ndarray, n: int, order: np.ndarray | None = None) -> None:
         self.codes, self.n = codes, n
-        in_order = codes.size < 2 or bool((codes[1:] >= codes[:-1]).all())  # e.g. rows already by rank
-        self.order = np.arange(codes.size) if in_order else _argsort_within(codes, np.arange(codes.size))
+        if order is None:
+            in_order = codes.size < 2 or bool((codes[1:] >= codes[:-1]).all())  # e.g. rows already by rank
+            order = np.arange(codes.size) if in_order else _within(codes, np.arange(codes.size))
+        self.order = order
         self.size = np.bincount(codes, minlength=n)
         self.ends = np.cumsum(self.size)
         self.starts = self.ends - self.size
@@ -49,12 +51,26 @@ class Groups:
 
     def median(self, values: np.ndarray) -> np.ndarray:
         """Per group, the float64 median of ``values``: the middle value, or the mean of the two middle
-        ones ((lo + hi) / 2, as numpy and pandas compute it)."""
+        ones ((lo + hi) / 2 after converting each to float64, as numpy and pandas compute it)."""
+        if not self.n:
+            return np.zeros(0)
+        lo, hi = self.starts + (self.size - 1) // 2, self.starts + self.size // 2
+        if values.dtype.kind in "iu":
+            # Integers: each value's distance from its group's minimum, behind its group code, in one key.
+            base = self.min(values).astype(np.int64)
+            offset = values.astype(np.int64) - base[self.codes]
+            span = int(offset.max()) + 1
+            if self.n * span < _PACK_LIMIT:
+                ordered = np.sort(self.codes * span + offset)
+                group = np.arange(self.n)
+                return ((ordered[lo] - group * span + base).astype(np.float64)
+                        + (ordered[hi] - group * span + base).astype(np.float64)) / 2
         v = values.astype(np.float64)
-        by_value = np.empty(v.size, dtype=np.int64)
-        by_value[np.argsort(v)] = np.arange(v.size)  # ties in any order: they are the same value
-        ordered = v[_argsort_within(self.codes, by_value)]
-        return (ordered[self.starts + (self.size - 1) // 2] + ordered[self.starts + self.size // 2]) / 2
+        by_value = np.argsort(v)  # ties in any order: they are the same value
+        rank = np.empty(v.size, dtype=np.int64)
+        rank[by_value] = np.arange(v.size)
+        ordered = v[by_value][_within(self.codes, rank)]
+        return (ordered[lo] + ordered[hi]) / 2
 
     def first_max(self, values: np.ndarray) -> np.ndarray:
         """Per group, the row holding its largest value — on ties its first row (pandas' idxmax)."""
@@ -68,16 +84,26 @@ class Groups:
 
 def groups(*keys: np.ndarray) -> Groups:
     """Group rows by the tuple of equal-length integer ``keys`` (lexicographic order of the tuples)."""
-    if not keys[0].size:
+    rows = keys[0].size
+    if not rows:
         return Groups(np.zeros(0, dtype=np.int64), 0)
-    packed, span = np.zeros(keys[0].size, dtype=np.int64), 1
+    packed, span = np.zeros(rows, dtype=np.int64), 1
     for key in keys:
         code, key_span = _dense(key)
         if span * key_span >= _PACK_LIMIT:
             packed, span = _dense(packed, span)
         packed = packed * key_span + code
         span *= key_span
-    return Groups(*_dense(packed, span))
+    if span * rows >= _PACK_LIMIT:
+        packed, span = _dense(packed, span)
+    # One sort of (packed key, row) gives the order, the groups' boundaries and their codes.
+    ordered = np.sort(packed * rows + np.arange(rows))
+    order, key = ordered % rows, ordered // rows
+    new = np.empty(rows, dtype=bool)
+    new[0], new[1:] = True, key[1:] != key[:-1]
+    codes = np.empty(rows, dtype=np.int64)
+    codes[order] = np.cumsum(new) - 1
+    return Groups(codes, int(codes[order[-1]]) + 1, order)
 
 
 def _dense(key: np.ndarray, span: int | None = None) -> tuple[np.ndarray, int]:
@@ -96,6 +122,8 @@ def _dense(key: np.ndarray, span: int | None = None) -> tuple[np.ndarray, int]:
     return inverse.astype(np.int64), int(values.size)
 
 
-def _argsort_within(codes: np.ndarray, rank: np.ndarray) -> np.ndarray:
-    """Rows sorted by group code, then by ``rank`` (distinct per row, 0..len-1): one int64 sort."""
-    return np.argsort(codes.astype(np.int64) * max(rank.size, 1) + rank)
+def _within(codes: np.ndarray, rank: np.ndarray) -> np.ndarray:
+    """``rank`` (a permutation of 0..len-1) sorted by the rows' group code, then by itself: a plain sort
+    of one int64 key per row, several times faster than an argsort (the rank is the key's remainder)."""
+    n = max(rank.size, 1)
+    return np.sort(codes.astype(np.int64) * n + rank) % n

@@ -131,8 +131,11 @@ def _instances(cols: dict[int, Collectives], config: dict[str, Any],
     parts = [cols[rank] for rank in ranks]
     if not parts:
         return None
+    # Communicators as codes in the order of their ids (few per rank: no sort of every instance's id).
+    comm_ids = np.unique(np.concatenate([np.unique(c.comm) for c in parts]))
     frame = {"rank": np.repeat(np.array(ranks, dtype=np.int64), [len(c) for c in parts]),
-             "g": np.concatenate([c.group for c in parts]), "c": np.concatenate([c.comm for c in parts]),
+             "g": np.concatenate([c.group for c in parts]),
+             "c": np.concatenate([np.searchsorted(comm_ids, c.comm) for c in parts]),
              "stream": np.concatenate([c.stream for c in parts]), "seq": np.concatenate([c.seq for c in parts]),
              "start": np.concatenate([c.start + (c.session_start_utc_ns or 0) for c in parts]),
              "end": np.concatenate([c.end + (c.session_start_utc_ns or 0) for c in parts]),
@@ -141,7 +144,7 @@ def _instances(cols: dict[int, Collectives], config: dict[str, Any],
     by_pair = grouped.groups(frame["rank"], frame["g"], frame["c"])
     appearance = np.argsort(by_pair.order[by_pair.starts], kind="stable")
     pairs = list(zip(by_pair.first(frame["rank"])[appearance].tolist(), by_pair.first(frame["g"])[appearance].tolist(),
-                     by_pair.first(frame["c"])[appearance].tolist()))
+                     comm_ids[by_pair.first(frame["c"])[appearance]].tolist()))
     with_group: dict[int, set[int]] = {}
     by_comm: dict[int, list[int]] = {}
     for rank, g, comm in pairs:
@@ -272,7 +275,7 @@ def _straggler(done: dict[str, np.ndarray], cols: dict[int, Collectives], late: 
     by_group = grouped.groups(done["g"][late_rows])
     group = GROUPS[int(by_group.first(done["g"][late_rows])[np.argmax(by_group.sum(done["wait"][late_rows]))])]
     c = cols[rank]
-    context = np.zeros((late_rows.size, len(CAUSE_PARTS)))
+    context = np.zeros((late_rows.size, len(CAUSE_PARTS)), dtype=np.int64)
     by_rank = grouped.groups(done["rank"][late_rows])
     for j, r in enumerate(by_rank.first(done["rank"][late_rows]).tolist()):
         rows = by_rank.rows(j)
