@@ -89,16 +89,17 @@ def groups(*keys: np.ndarray) -> Groups:
         return Groups(np.zeros(0, dtype=np.int64), 0)
     packed, span = np.zeros(rows, dtype=np.int64), 1
     for key in keys:
-        code, key_span = _dense(key)
+        code, key_span = _narrow(key)
         if span * key_span >= _PACK_LIMIT:
-            packed, span = _dense(packed, span)
+            packed, span = _narrow(packed, span)
         packed = packed * key_span + code
         span *= key_span
-    if span * rows >= _PACK_LIMIT:
-        packed, span = _dense(packed, span)
+    bits = max(rows - 1, 1).bit_length()
+    if span << bits >= _PACK_LIMIT:
+        packed, span = _narrow(packed, span)
     # One sort of (packed key, row) gives the order, the groups' boundaries and their codes.
-    ordered = np.sort(packed * rows + np.arange(rows))
-    order, key = ordered % rows, ordered // rows
+    ordered = np.sort((packed << bits) | np.arange(rows))
+    order, key = ordered & ((1 << bits) - 1), ordered >> bits
     new = np.empty(rows, dtype=bool)
     new[0], new[1:] = True, key[1:] != key[:-1]
     codes = np.empty(rows, dtype=np.int64)
@@ -106,24 +107,21 @@ def groups(*keys: np.ndarray) -> Groups:
     return Groups(codes, int(codes[order[-1]]) + 1, order)
 
 
-def _dense(key: np.ndarray, span: int | None = None) -> tuple[np.ndarray, int]:
-    """Codes 0..n-1 of the distinct values of ``key`` in their sorted order, and n. Without a sort when
-    the values lie in a range not much wider than the rows (``span``: the range of a non-negative key
-    when known)."""
+def _narrow(key: np.ndarray, span: int | None = None) -> tuple[np.ndarray, int]:
+    """Non-negative int64 codes in the order of ``key``'s values, and their span: the offset from the
+    minimum where the values lie in a range not much wider than the rows (``span``: the range of a
+    non-negative key when known), else the rank among the distinct values (a sort)."""
     lo = 0 if span is not None else int(key.min())
     hi = span - 1 if span is not None else int(key.max())
     if hi - lo < 4 * key.size + 1024:
         offset = (key - key.dtype.type(lo)).astype(np.int64) if key.dtype.kind == "u" else key.astype(np.int64) - lo
-        present = np.zeros(hi - lo + 1, dtype=bool)
-        present[offset] = True
-        rank = np.cumsum(present) - 1
-        return rank[offset], int(rank[-1]) + 1
+        return offset, hi - lo + 1
     values, inverse = np.unique(key, return_inverse=True)
     return inverse.astype(np.int64), int(values.size)
 
 
 def _within(codes: np.ndarray, rank: np.ndarray) -> np.ndarray:
     """``rank`` (a permutation of 0..len-1) sorted by the rows' group code, then by itself: a plain sort
-    of one int64 key per row, several times faster than an argsort (the rank is the key's remainder)."""
-    n = max(rank.size, 1)
-    return np.sort(codes.astype(np.int64) * n + rank) % n
+    of one int64 key per row, several times faster than an argsort (the rank is the key's low bits)."""
+    bits = max(rank.size - 1, 1).bit_length()
+    return np.sort((codes.astype(np.int64) << bits) | rank) & ((1 << bits) - 1)
