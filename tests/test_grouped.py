@@ -40,7 +40,8 @@ def test_groups_and_reductions_match_a_plain_group_by(seed: int) -> None:
     assert g.min(values).tolist() == [min(values[r].tolist()) for r in rows]
     assert g.median(values).tolist() == [float(np.median(values[r])) for r in rows]
     assert g.median(values).tolist() == pytest.approx([statistics.median(values[r].tolist()) for r in rows])
-    for other in (values / 7, values * 2**10):  # floats; integers too far apart to pack with their group
+    extreme = np.where(values > 0, np.iinfo(np.int64).max - values, np.iinfo(np.int64).min - values)
+    for other in (values / 7, values * 2**10, extreme):  # floats; integers too far apart to pack together
         assert g.median(other).tolist() == [float(np.median(other[r])) for r in rows]
     # The row of the largest value; on ties the first row, like pandas' idxmax.
     assert g.first_max(values).tolist() == [r[int(np.argmax(values[r]))] for r in rows]

@@ -55,7 +55,7 @@ class Groups:
         if not self.n:
             return np.zeros(0)
         lo, hi = self.starts + (self.size - 1) // 2, self.starts + self.size // 2
-        if values.dtype.kind in "iu":
+        if values.dtype.kind in "iu" and int(values.max()) - int(values.min()) < _PACK_LIMIT:
             # Integers: each value's distance from its group's minimum, behind its group code, in one key.
             base = self.min(values).astype(np.int64)
             offset = values.astype(np.int64) - base[self.codes]
