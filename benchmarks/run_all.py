@@ -41,7 +41,8 @@ from timed import NEEDED_COLUMNS  # noqa: E402
 
 SMALL_EXPORT = ROOT / "sample_traces" / "real_h100" / "h100_2gpu_fastvideo.sqlite"
 RECORDED = ROOT / "benchmarks" / "recorded.json"
-EXTERNAL = (("Memory snapshots", "bench_memory.py"), ("Cross-rank", "bench_ranks.py"))
+EXTERNAL = (("Memory snapshots", "bench_memory.py"), ("Cross-rank", "bench_ranks.py"),
+            ("Cross-rank matching", "bench_peers.py"))
 
 TARGET_RATIO = 2.0
 TARGET_RSS = 600 * 10**6

@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import pandas as pd
 
 from perfdoctor.classify.groups import GROUPS
+from perfdoctor.measure import grouped
 from perfdoctor.measure import intervals as iv
 from perfdoctor.measure.collectives import Collectives
 from perfdoctor.measure.host import CAUSES
@@ -36,6 +36,8 @@ RANK_ORDER = ("tp", "cp", "dp", "pp")
 # Parts of the interval before an arrival that can make a rank late (DESIGN §3 "Straggler").
 CAUSE_PARTS = ("compute", *(f"host.{c}" for c in CAUSES), "other_comm")
 CHAIN_MAX = 8
+# An instance: the same collective on every member of its communicator (module docstring).
+KEYS = ("g", "c", "members", "stream", "seq")
 
 
 @dataclass
@@ -67,75 +69,103 @@ def match(cols: dict[int, Collectives], exposed_ms: dict[int, dict[str, float | 
           config: dict[str, Any], world: int | None) -> PeerWaits:
     """Match every rank's collective instances with its peers and split waits from transfers."""
     frame = _instances(cols, config, world)
-    if frame.empty:
+    if frame is None:
         return PeerWaits({}, {}, {}, None, None)
-    matched = frame[frame["complete"]]
-    offsets, residual = _align(matched, cols)
-    frame["a_start"] = frame["start"] + frame["rank"].map(offsets).fillna(0).astype(np.int64)
-    frame["a_end"] = frame["end"] + frame["rank"].map(offsets).fillna(0).astype(np.int64)
-    keys = ["g", "c", "members", "stream", "seq"]
-    done = frame[frame["complete"]].copy()
-    last = done.groupby(keys)["a_start"].transform("max")
+    done = {k: v[frame["complete"]] for k, v in frame.items()}
+    instances = grouped.groups(done["instance"])  # a whole instance is complete or not
+    done["instance"] = instances.codes
+    offsets, residual = _align(done, instances, cols)
+    shift = _of_rank(offsets, done["rank"])
+    done["a_start"], done["a_end"] = done["start"] + shift, done["end"] + shift
+    winner = instances.first_max(done["a_start"])  # the last to arrive; on ties the first in frame order
+    last = done["a_start"][winner][instances.codes]
     done["wait"] = np.clip(np.minimum(done["a_end"], last) - done["a_start"], 0, None)
-    winner = done.loc[done.groupby(keys)["a_start"].idxmax(), keys + ["rank"]].rename(columns={"rank": "late"})
-    done = done.merge(winner, on=keys, how="left")
+    done["late"] = done["rank"][winner][instances.codes]
 
     metrics: dict[str, dict[str, float | None]] = {str(rank): {} for rank in cols}
     evidence: dict[str, dict[str, Any]] = {}
-    totals = frame.groupby(["rank", "g"]).size()
-    matched_rows = done.groupby(["rank", "g"]).indices
-    for (rank, g), total in totals.items():
+    totals = grouped.groups(frame["rank"], frame["g"])
+    matched = grouped.Groups(totals.codes[frame["complete"]], totals.n)  # may be empty: only rows() used
+    # Per (rank, group, late rank) the wait it caused, each (rank, group)'s late ranks together.
+    others = np.flatnonzero(done["late"] != done["rank"])
+    by_late = grouped.groups(matched.codes[others], done["late"][others])
+    waited_sum, waited_for = by_late.sum(done["wait"][others]), by_late.first(done["late"][others])
+    bounds = np.searchsorted(by_late.first(matched.codes[others]), np.arange(totals.n + 1))
+    for j, (rank, g, total) in enumerate(zip(totals.first(frame["rank"]).tolist(),
+                                             totals.first(frame["g"]).tolist(), totals.size.tolist())):
         c, name, out = cols[rank], GROUPS[g], metrics[str(rank)]
-        ok = done.iloc[matched_rows.get((rank, g), [])]
+        ok = matched.rows(j)
         exposed = exposed_ms.get(rank, {}).get(name)
         if len(ok) / total < MIN_MATCHED or exposed is None:
             out[f"comm.{name}.exposed_wait_ms"] = out[f"comm.{name}.exposed_transfer_ms"] = None
             continue
-        share = _wait_share(c, name, ok)
+        share = _wait_share(c, name, done["i"][ok], done["wait"][ok])
         out[f"comm.{name}.exposed_wait_ms"] = exposed * share
         out[f"comm.{name}.exposed_transfer_ms"] = exposed * (1 - share)
-        waited = ok[ok["late"] != rank].groupby("late")["wait"].sum() / max(len(c.step_starts), 1) / NS_PER_MS
+        mine = slice(bounds[j], bounds[j + 1])
+        waited = waited_sum[mine] / max(len(c.step_starts), 1) / NS_PER_MS
         evidence.setdefault(str(rank), {})[name] = {
             "exposed_wait_ms": out[f"comm.{name}.exposed_wait_ms"],
             "exposed_transfer_ms": out[f"comm.{name}.exposed_transfer_ms"],
-            "waited_for_ms": {str(int(r)): round(float(ms), 3) for r, ms in waited.items() if ms > 0},
-            "matched": len(ok), "instances": int(total)}
+            "waited_for_ms": {str(r): round(ms, 3) for r, ms in zip(waited_for[mine].tolist(), waited.tolist())
+                              if ms > 0},
+            "matched": len(ok), "instances": total}
     late = _late_per_rank(done, cols)
     return PeerWaits(metrics, evidence, {str(r): v for r, v in late.items()},
                      None if residual is None else residual / 1e3, _straggler(done, cols, late))
 
 
-def _instances(cols: dict[int, Collectives], config: dict[str, Any], world: int | None) -> pd.DataFrame:
-    """All ranks' instances in one table, with each one's communicator members and whether every
-    member's instance is present."""
-    parts = []
-    for rank, c in cols.items():
-        if not len(c):
-            continue
-        shift = c.session_start_utc_ns or 0
-        parts.append(pd.DataFrame({
-            "rank": rank, "g": c.group, "c": c.comm, "stream": c.stream, "seq": c.seq,
-            "start": c.start + shift, "end": c.end + shift, "i": np.arange(len(c))}))
+def _of_rank(per_rank: dict[int, int], ranks: np.ndarray) -> np.ndarray:
+    """``per_rank`` looked up for every row's rank (every rank is a key)."""
+    keys = np.array(sorted(per_rank), dtype=np.int64)
+    values = np.array([per_rank[k] for k in keys.tolist()], dtype=np.int64)
+    return values[np.searchsorted(keys, ranks)]
+
+
+def _instances(cols: dict[int, Collectives], config: dict[str, Any],
+               world: int | None) -> dict[str, np.ndarray] | None:
+    """All ranks' instances in one table (column → array; ranks in ``cols`` order, each rank's in its
+    order), with each one's communicator members, instance (group code of the matching key) and whether
+    every member's instance is present; None when no rank has one."""
+    ranks = [rank for rank, c in cols.items() if len(c)]
+    parts = [cols[rank] for rank in ranks]
     if not parts:
-        return pd.DataFrame()
-    frame = pd.concat(parts, ignore_index=True)
-    with_group = {g: sorted(frame.loc[frame["g"] == g, "rank"].unique().tolist()) for g in frame["g"].unique()}
+        return None
+    # Communicators as codes in the order of their ids (few per rank: no sort of every instance's id).
+    comm_ids = np.unique(np.concatenate([np.unique(c.comm) for c in parts]))
+    frame = {"rank": np.repeat(np.array(ranks, dtype=np.int64), [len(c) for c in parts]),
+             "g": np.concatenate([c.group for c in parts]),
+             "c": np.concatenate([np.searchsorted(comm_ids, c.comm) for c in parts]),
+             "stream": np.concatenate([c.stream for c in parts]), "seq": np.concatenate([c.seq for c in parts]),
+             "start": np.concatenate([c.start + (c.session_start_utc_ns or 0) for c in parts]),
+             "end": np.concatenate([c.end + (c.session_start_utc_ns or 0) for c in parts]),
+             "i": np.concatenate([np.arange(len(c)) for c in parts])}
+    # The (rank, group, communicator) pairs, in order of first appearance.
+    by_pair = grouped.groups(frame["rank"], frame["g"], frame["c"])
+    appearance = np.argsort(by_pair.order[by_pair.starts], kind="stable")
+    pairs = list(zip(by_pair.first(frame["rank"])[appearance].tolist(), by_pair.first(frame["g"])[appearance].tolist(),
+                     comm_ids[by_pair.first(frame["c"])[appearance]].tolist()))
+    with_group: dict[int, set[int]] = {}
+    by_comm: dict[int, list[int]] = {}
+    for rank, g, comm in pairs:
+        with_group.setdefault(g, set()).add(rank)
+        if comm != 0:
+            by_comm.setdefault(comm, []).append(rank)
     member_ids: dict[tuple[int, ...], int] = {}
-    sizes = {}
-    pairs = frame[["rank", "g", "c"]].drop_duplicates().reset_index(drop=True)
-    by_comm = pairs[pairs["c"] != 0].groupby("c")["rank"].apply(lambda s: tuple(sorted(s)))
-    keys = []
-    for rank, g, c in pairs.itertuples(index=False):
-        members = by_comm[c] if c != 0 else _members(rank, GROUPS[g], config, world, with_group[g])
-        keys.append(member_ids.setdefault(members, len(member_ids)))
-        sizes[keys[-1]] = len(members)
-    pairs["members"] = keys
-    frame = frame.merge(pairs, on=["rank", "g", "c"], how="left")
-    count = frame.groupby(["g", "c", "members", "stream", "seq"])["rank"].transform("size")
+    of_pair = np.zeros(by_pair.n, dtype=np.int64)
+    for j, (rank, g, comm) in zip(appearance.tolist(), pairs):
+        members = tuple(sorted(by_comm[comm])) if comm != 0 else \
+            _members(rank, GROUPS[g], config, world, sorted(with_group[g]))
+        of_pair[j] = member_ids.setdefault(members, len(member_ids))
+    frame["members"] = of_pair[by_pair.codes]
+    size = np.array([len(m) for m in member_ids], dtype=np.int64)[frame["members"]]
+    instances = grouped.groups(*(frame[k] for k in KEYS))
+    frame["instance"] = instances.codes
+    count = instances.size[instances.codes]
     # Pipeline sends and receives pair neighbouring stages, not the whole PP group: by order they match
     # only where the group is two stages.
-    p2p_wide = (frame["g"] == GROUPS.index("pp")) & (frame["members"].map(sizes) > 2)
-    frame["complete"] = (count == frame["members"].map(sizes)) & (count >= 2) & ~p2p_wide
+    p2p_wide = (frame["g"] == GROUPS.index("pp")) & (size > 2)
+    frame["complete"] = (count == size) & (count >= 2) & ~p2p_wide
     return frame
 
 
@@ -157,27 +187,29 @@ def _members(rank: int, group: str, config: dict[str, Any], world: int | None,
     return tuple(base + i * stride for i in range(size))
 
 
-def _align(matched: pd.DataFrame, cols: dict[int, Collectives]) -> tuple[dict[int, int], float | None]:
+def _align(matched: dict[str, np.ndarray], instances: grouped.Groups,
+           cols: dict[int, Collectives]) -> tuple[dict[int, int], float | None]:
     """Per rank, the ns to add so matched collectives end together (median over its instances), and the
     median remaining distance of a member's end from its instance's median end."""
     offsets = {r: 0 for r in cols}
-    if matched.empty:
+    if not matched["rank"].size:
         return offsets, None
-    keys = ["g", "c", "members", "stream", "seq"]
+    by_rank = grouped.groups(matched["rank"])
     end = matched["end"].astype(np.int64)
     for _ in range(2):
-        shifted = end + matched["rank"].map(offsets).astype(np.int64)
-        target = shifted.groupby([matched[k] for k in keys]).transform("median")
-        delta = (target - shifted).groupby(matched["rank"]).median()
-        for r, d in delta.items():
-            offsets[int(r)] += int(round(d))
-    shifted = end + matched["rank"].map(offsets).astype(np.int64)
-    target = shifted.groupby([matched[k] for k in keys]).transform("median")
+        shifted = end + _of_rank(offsets, matched["rank"])
+        target = instances.median(shifted)[instances.codes]
+        delta = by_rank.median(target - shifted)
+        for r, d in zip(by_rank.first(matched["rank"]).tolist(), delta.tolist()):
+            offsets[r] += int(round(d))
+    shifted = end + _of_rank(offsets, matched["rank"])
+    target = instances.median(shifted)[instances.codes]
     return offsets, float(np.median(np.abs(shifted - target)))
 
 
-def _wait_share(c: Collectives, group: str, ok: pd.DataFrame) -> float:
-    """Share of the rank's exposed comm of ``group`` (within its steps) that lies in its wait intervals."""
+def _wait_share(c: Collectives, group: str, i: np.ndarray, wait: np.ndarray) -> float:
+    """Share of the rank's exposed comm of ``group`` (within its steps) that lies in its wait intervals
+    (instances ``i`` of the rank, each waiting ``wait`` ns from its start)."""
     exposed = c.exposed.get(group, iv.EMPTY)
     if not len(c.step_starts):
         return 0.0
@@ -185,8 +217,7 @@ def _wait_share(c: Collectives, group: str, ok: pd.DataFrame) -> float:
     total = iv.measure(exposed)
     if not total:
         return 0.0
-    i = ok["i"].to_numpy()
-    waits = iv.union(c.start[i], c.start[i] + ok["wait"].to_numpy(dtype=np.int64))
+    waits = iv.union(c.start[i], c.start[i] + wait.astype(np.int64))
     return iv.measure(iv.intersect(exposed, waits)) / total
 
 
@@ -194,23 +225,34 @@ def _step_of(c: Collectives, t: np.ndarray) -> np.ndarray:
     return np.clip(np.searchsorted(c.step_starts, t, side="right") - 1, 0, max(len(c.step_starts) - 1, 0))
 
 
-def _late_per_rank(done: pd.DataFrame, cols: dict[int, Collectives]) -> dict[int, float]:
+def _late_per_rank(done: dict[str, np.ndarray], cols: dict[int, Collectives]) -> dict[int, float]:
     """Per rank, the median over its steps of the others' wait it caused (per instance, the median over
     the members that waited)."""
-    keys = ["g", "c", "members", "stream", "seq"]
-    waited = done[done["rank"] != done["late"]].groupby(keys)["wait"].median().rename("waited")
-    own = done[done["rank"] == done["late"]].join(waited, on=keys)
+    others = np.flatnonzero(done["rank"] != done["late"])
+    by_instance = grouped.groups(done["instance"][others])
+    median = by_instance.median(done["wait"][others])
+    # Per row, the median wait of its instance's waiting members (0 for an instance where none waited).
+    waited = np.append(median, 0.0)[_find(by_instance.first(done["instance"][others]), done["instance"])]
+    own = np.flatnonzero(done["rank"] == done["late"])
+    by_rank = grouped.groups(done["rank"][own])
+    rows = dict(zip(by_rank.first(done["rank"][own]).tolist(), range(by_rank.n)))
     out = {}
-    by_rank = own.groupby("rank").indices
     for rank, c in cols.items():
         n = len(c.step_starts)
         if not n:
             continue
-        mine = own.iloc[by_rank.get(rank, [])]
-        per_step = np.bincount(_step_of(c, c.start[mine["i"].to_numpy()]),
-                               weights=mine["waited"].fillna(0).to_numpy(dtype=np.float64), minlength=n)
+        mine = own[by_rank.rows(rows[rank])] if rank in rows else own[:0]
+        per_step = np.bincount(_step_of(c, c.start[done["i"][mine]]), weights=waited[mine], minlength=n)
         out[rank] = float(np.median(per_step)) / NS_PER_MS
     return out
+
+
+def _find(keys: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """Position of each of ``at`` in the sorted unique ``keys``; −1 where it is not there."""
+    pos = np.searchsorted(keys, at)
+    hit = pos < keys.size
+    hit[hit] = keys[pos[hit]] == at[hit]
+    return np.where(hit, pos, -1)
 
 
 def _context(c: Collectives, i: np.ndarray) -> np.ndarray:
@@ -218,36 +260,39 @@ def _context(c: Collectives, i: np.ndarray) -> np.ndarray:
     return np.column_stack([c.before_compute[i], *(c.before_idle[x][i] for x in CAUSES), c.before_other_comm[i]])
 
 
-def _straggler(done: pd.DataFrame, cols: dict[int, Collectives], late: dict[int, float]) -> Straggler | None:
+def _straggler(done: dict[str, np.ndarray], cols: dict[int, Collectives], late: dict[int, float]) -> Straggler | None:
     """The rank that caused the most wait, and why: its interval before each late arrival against the
     median of the members that waited for it, summed per step."""
-    caused = done[(done["rank"] != done["late"]) & (done["wait"] > 0)]
-    if caused.empty:
+    caused = (done["rank"] != done["late"]) & (done["wait"] > 0)
+    if not caused.any():
         return None
     # Waits at pipeline sends/receives are mostly the schedule's bubble: a straggler of the other groups
     # comes first; a pipeline stage is the straggler only when no other group waits.
-    synchronous = caused[caused["g"] != GROUPS.index("pp")]
-    caused = synchronous if not synchronous.empty else caused
-    total = caused.groupby("late")["wait"].sum()
-    rank = int(total.idxmax())
-    keys = ["g", "c", "members", "stream", "seq"]
-    late_rows = caused[caused["late"] == rank]
-    group = GROUPS[int(late_rows.groupby("g")["wait"].sum().idxmax())]
+    synchronous = caused & (done["g"] != GROUPS.index("pp"))
+    caused = np.flatnonzero(synchronous if synchronous.any() else caused)
+    rank = _most_waited_for(done, caused)
+    late_rows = caused[done["late"][caused] == rank]
+    by_group = grouped.groups(done["g"][late_rows])
+    group = GROUPS[int(by_group.first(done["g"][late_rows])[np.argmax(by_group.sum(done["wait"][late_rows]))])]
     c = cols[rank]
-    parts = [f"x{j}" for j in range(len(CAUSE_PARTS))]
-    others = late_rows.copy()
-    others[parts] = np.zeros((len(others), len(parts)))
-    for r, rows in others.groupby("rank").groups.items():
-        others.loc[rows, parts] = _context(cols[int(r)], others.loc[rows, "i"].to_numpy())
-    median = others.groupby(keys)[parts].median()
-    first = others.groupby(keys)["a_start"].min().rename("first")
-    own = done[done["rank"] == rank].join(median, on=keys, how="inner").join(first, on=keys)
-    i = own["i"].to_numpy()
-    excess = (_context(c, i) - own[parts].to_numpy()).sum(axis=0)
+    context = np.zeros((late_rows.size, len(CAUSE_PARTS)), dtype=np.int64)
+    by_rank = grouped.groups(done["rank"][late_rows])
+    for j, r in enumerate(by_rank.first(done["rank"][late_rows]).tolist()):
+        rows = by_rank.rows(j)
+        context[rows] = _context(cols[r], done["i"][late_rows[rows]])
+    by_instance = grouped.groups(done["instance"][late_rows])
+    instances = by_instance.first(done["instance"][late_rows])
+    median = np.column_stack([by_instance.median(context[:, k]) for k in range(len(CAUSE_PARTS))])
+    first = by_instance.min(done["a_start"][late_rows])
+    own = np.flatnonzero(done["rank"] == rank)
+    pos = _find(instances, done["instance"][own])  # its own rows of the instances where others waited
+    own, pos = own[pos >= 0], pos[pos >= 0]
+    i = done["i"][own]
+    excess = (_context(c, i) - median[pos]).sum(axis=0)
     # What its CPU did while the others waited (first arrival → its own), on its own clock.
-    shift = own["a_start"].to_numpy() - c.start[i]
+    shift = done["a_start"][own] - c.start[i]
     calls: dict[str, float] = {}
-    for lo, hi in zip(own["first"].to_numpy() - shift, c.start[i]):
+    for lo, hi in zip(first[pos] - shift, c.start[i]):
         for name, ns in _calls_in(c, int(lo), int(hi)).items():
             calls[name] = calls.get(name, 0.0) + ns
     steps = max(len(c.step_starts), 1)
@@ -259,15 +304,22 @@ def _straggler(done: pd.DataFrame, cols: dict[int, Collectives], late: dict[int,
                      _chain(done, rank, group) if cause == "other_comm" else [])
 
 
-def _chain(done: pd.DataFrame, rank: int, group: str) -> list[int]:
+def _most_waited_for(done: dict[str, np.ndarray], rows: np.ndarray) -> int:
+    """The rank the ``rows`` waited longest for in total (the lowest rank on ties)."""
+    by_late = grouped.groups(done["late"][rows])
+    return int(by_late.first(done["late"][rows])[np.argmax(by_late.sum(done["wait"][rows]))])
+
+
+def _chain(done: dict[str, np.ndarray], rank: int, group: str) -> list[int]:
     """Follow who ``rank`` itself waited for in groups other than ``group``, rank after rank."""
     chain: list[int] = []
     current, skip = rank, GROUPS.index(group)
     while len(chain) < CHAIN_MAX:
-        waited = done[(done["rank"] == current) & (done["late"] != current) & (done["g"] != skip) & (done["wait"] > 0)]
-        if waited.empty:
+        waited = np.flatnonzero((done["rank"] == current) & (done["late"] != current) & (done["g"] != skip)
+                                & (done["wait"] > 0))
+        if not waited.size:
             break
-        nxt = int(waited.groupby("late")["wait"].sum().idxmax())
+        nxt = _most_waited_for(done, waited)
         if nxt in chain or nxt == rank:
             break
         chain.append(nxt)
