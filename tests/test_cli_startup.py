@@ -37,14 +37,15 @@ def test_analyze_imports_only_what_its_output_needs():
     assert proc.stdout.strip().splitlines()[-1] == "[]"
 
 
-CLI_FRAMEWORKS = ("typer", "pydantic", "plotly", "jinja2", "rich.progress")
+CLI_FRAMEWORKS = ("typer", "pydantic", "plotly", "jinja2", "rich.progress", "pandas", "pyarrow", "connectorx")
 
 
-def test_analyze_does_not_import_typer_pydantic_or_the_html_stack():
+def test_analyze_does_not_import_typer_pydantic_pandas_or_the_html_stack():
     """The CLI is plain click: `analyze --help` and a terminal analysis load neither typer nor pydantic
     (typer 0.29 builds a pydantic validator per parameter on every run) nor the HTML report's stack, nor
-    the live progress bar when stderr is not a terminal. Run as a user runs it (``python -m perfdoctor``),
-    the modules listed at exit."""
+    the live progress bar when stderr is not a terminal; nor pandas (the tables are numpy) nor, for a small
+    export (every table under 50,000 rows), connectorx and pyarrow. Run as a user runs it
+    (``python -m perfdoctor``), the modules listed at exit."""
     from tests.paths import REAL_H100
 
     code = ("import atexit, sys\n"
