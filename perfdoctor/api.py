@@ -9,19 +9,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from perfdoctor import __version__
 from perfdoctor.classify.framework import detect_framework, timeline_fingerprints
 from perfdoctor.classify.groups import GROUPS, label_groups
 from perfdoctor.classify.timeline import copy_classes, kernel_classes
 from perfdoctor.diagnose import diagnose, load_rules
-from perfdoctor.diff import Diff, compare, read_report
 from perfdoctor.errors import InputError
 from perfdoctor.execute import run_tasks
 from perfdoctor.load.discover import discover, discover_snapshots
 from perfdoctor.load.labels import config_mark, rank_mark
-from perfdoctor.load.memsnap import load_snapshot, rank_from_name
 from perfdoctor.load.run import assign_ranks, attach_snapshots, load_trace, merge_config
 from perfdoctor.load.run_identity import check_one_run, last_event_ns
 from perfdoctor.measure.activity import activity
@@ -40,6 +38,9 @@ from perfdoctor.measure.steps import find_steps
 from perfdoctor.measure.work_units import kernel_work
 from perfdoctor.model import DeviceSummary, Report, Run, Timeline, TimelineInfo, TraceInfo
 from perfdoctor.sample import glance, pick
+
+if TYPE_CHECKING:
+    from perfdoctor.diff import Diff
 
 
 def analyze(paths: list[Path | str], config: dict[str, Any] | None = None,
@@ -60,7 +61,10 @@ def analyze(paths: list[Path | str], config: dict[str, Any] | None = None,
     GPU's memory for the headroom rules, over what the trace's GPU table says."""
     rules = load_rules(rules_dirs)
     files = discover([Path(p) for p in paths])
-    snapshots = [load_snapshot(p) for p in discover_snapshots([Path(p) for p in paths])]  # small: fail fast
+    found = discover_snapshots([Path(p) for p in paths])
+    if found:
+        from perfdoctor.load.memsnap import load_snapshot  # the pickle reader: only when there are snapshots
+    snapshots = [load_snapshot(p) for p in found]  # small next to traces: fail fast
     cli = config or {}
     sampled = None
     if sample is not None:
@@ -227,6 +231,8 @@ def memory(paths: list[Path | str], device_total_bytes: int | None = None,
         files.extend([path] if path.is_file() else discover_snapshots([path]))  # a file is taken as given
     if not files:
         raise InputError(f"{paths[0]}: no memory snapshots (*.pickle) found")
+    from perfdoctor.load.memsnap import load_snapshot, rank_from_name
+
     out = []
     for path in files:
         mem = measure_memory(load_snapshot(path), device, device_total_bytes)
@@ -238,6 +244,7 @@ def memory(paths: list[Path | str], device_total_bytes: int | None = None,
 def diff(base: Path | str, head: Path | str, config: dict[str, Any] | None = None,
          config_sources: dict[str, str] | None = None, allow_mixed: bool = False) -> Diff:
     """Compare two runs (each a trace, a run directory or a saved JSON report): BASE → HEAD."""
+    from perfdoctor.diff import compare, read_report  # only `perfdoctor diff` needs them
     from perfdoctor.render.json import report_dict
 
     def side(path: Path) -> dict[str, Any]:

@@ -7,16 +7,16 @@ Results come back in input order, so the report does not depend on which worker 
 
 from __future__ import annotations
 
-import multiprocessing
-import multiprocessing.context
 import os
 import sys
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor, as_completed
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from perfdoctor.errors import InputError
+
+if TYPE_CHECKING:
+    import multiprocessing.context
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -54,6 +54,8 @@ def run_tasks(fn: Callable[[T], R], tasks: Sequence[T], jobs: int | None = None,
             results.append(fn(task))
             report(len(results))
         return results
+    from concurrent.futures import ProcessPoolExecutor, as_completed  # a pool only for several tasks
+
     results: list[Any] = [None] * total
     with ProcessPoolExecutor(max_workers=min(jobs, total), mp_context=_context()) as pool:
         futures = {pool.submit(fn, task): i for i, task in enumerate(tasks)}
@@ -68,6 +70,8 @@ def _context() -> multiprocessing.context.BaseContext:
     start at once: measured 1.68x on 2 cores for 64 ranks, against 1.52x through a fork server); otherwise
     from a clean server process that imports the pipeline once, safe where forking this one is not
     (threads of a progress bar, native threads of a reader already used, a test runner, Dask)."""
+    import multiprocessing
+
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")
     main = getattr(sys.modules.get("__main__"), "__file__", None)

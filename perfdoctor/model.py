@@ -2,8 +2,9 @@
 
 A :class:`Timeline` is one GPU as seen from one process (DESIGN §2). Its event tables are
 :class:`perfdoctor.table.Table` objects (named numpy columns), read in bulk; times are integer
-nanoseconds on the timeline of the file they came from (``TraceInfo.session_start_utc_ns`` aligns files). Strings (kernel names, NVTX text)
-are resolved once per file, so measurements never touch the SQLite file.
+nanoseconds on the timeline of the file they came from (``TraceInfo.session_start_utc_ns`` aligns
+files). Strings (kernel names, NVTX text) are resolved once per file, so measurements never touch the
+SQLite file.
 """
 
 from __future__ import annotations

@@ -18,8 +18,8 @@ from perfdoctor.classify.groups import GROUPS, decode, label_groups
 from perfdoctor.classify.timeline import kernel_classes
 from perfdoctor.load.run import load_run
 from perfdoctor.model import Timeline
-from perfdoctor.table import Table
 from perfdoctor.synth import run_scenario
+from perfdoctor.table import Table
 from tests.paths import REAL_H100, REPO
 
 SCENARIOS = sorted((REPO / "perfdoctor" / "synth" / "scenarios").glob("*.yaml"))

@@ -21,8 +21,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+from perfdoctor.load.labels import message_codes
 from perfdoctor.model import Run, Timeline, TimelineInfo
-from perfdoctor.table import Strings
 
 MANIFEST = "manifest.json"
 MANIFEST_MAX_BYTES = 4 << 20
@@ -119,8 +119,11 @@ def timeline_fingerprints(tl: Timeline) -> frozenset[str]:
         table = tl.nvtx if where == "nvtx" else tl.kernels
         if not len(table):
             continue
-        column = "text" if where == "nvtx" else ("demangled_name" if "demangled_name" in table else "short_name")
-        if column in table and _any_text(table[column], pattern):
+        if where == "nvtx":
+            distinct = message_codes(table)[1]  # each distinct message once, shared with the labels
+        else:
+            distinct = table["demangled_name" if "demangled_name" in table else "short_name"].values
+        if any(pattern.search(str(v)) for v in distinct):
             found.add(name)
     return frozenset(found)
 
@@ -128,8 +131,3 @@ def timeline_fingerprints(tl: Timeline) -> frozenset[str]:
 def _env_has(run: Run, test: Any) -> bool:
     return any(test(name) for info in run.traces for name in info.env)
 
-
-def _any_text(column: Any, pattern: re.Pattern[str]) -> bool:
-    """Whether any distinct string of a column matches: one test per distinct value."""
-    values = column.values if isinstance(column, Strings) else {v for v in column if isinstance(v, str)}
-    return any(pattern.search(str(v)) for v in values)

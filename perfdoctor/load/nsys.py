@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+
 import numpy as np
 
 from perfdoctor.errors import InputError

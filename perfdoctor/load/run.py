@@ -10,15 +10,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from perfdoctor.load.discover import discover, discover_snapshots, reads_as_kineto
-from perfdoctor.load.kineto import load_kineto
 from perfdoctor.load.labels import config_mark, rank_mark
-from perfdoctor.load.memsnap import MemorySnapshot, load_snapshot, outside_session, rank_from_name
 from perfdoctor.load.nsys import load_export
 from perfdoctor.load.run_identity import check_one_run, last_event_ns
 from perfdoctor.model import Run, Timeline, TraceInfo
+
+if TYPE_CHECKING:
+    from perfdoctor.load.memsnap import MemorySnapshot
 
 RANK_ENV_VARS = ("RANK", "SLURM_PROCID", "OMPI_COMM_WORLD_RANK", "PMI_RANK")
 
@@ -33,6 +34,8 @@ def load_run(paths: list[Path], config: dict[str, Any] | None = None,
     reads (load.nsys.DETAIL_COLUMNS)."""
     traces, timelines = [], []
     exports = discover(paths)
+    from perfdoctor.load.memsnap import load_snapshot  # the pickle reader: only when there are snapshots
+
     snapshots = [load_snapshot(p) for p in discover_snapshots(paths)]  # small next to traces: fail fast
     for path in exports:
         info, tls = load_trace(path, detail=detail)
@@ -50,12 +53,18 @@ def load_run(paths: list[Path], config: dict[str, Any] | None = None,
 
 def load_trace(path: Path, *, detail: bool = True) -> tuple[TraceInfo, list[Timeline]]:
     """One input file, whichever format it is (nsys SQLite export or PyTorch profiler trace)."""
-    return load_kineto(path) if reads_as_kineto(path) else load_export(path, detail=detail)
+    if reads_as_kineto(path):
+        from perfdoctor.load.kineto import load_kineto  # msgspec and the JSON reader: only for Kineto input
+
+        return load_kineto(path)
+    return load_export(path, detail=detail)
 
 
 def attach_snapshots(run: Run, snapshots: list[MemorySnapshot]) -> None:
     """Give each memory snapshot to the GPU timeline of the rank in its file name; a single snapshot
     without a rank in its name (Megatron-LM's ``snapshot.pickle``) goes to a single GPU timeline."""
+    from perfdoctor.load.memsnap import outside_session, rank_from_name
+
     gpu_timelines = [tl for tl in run.timelines if tl.device_id is not None]
     by_rank = {tl.rank: tl for tl in gpu_timelines}
     for snap in snapshots:

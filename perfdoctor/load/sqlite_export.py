@@ -21,14 +21,17 @@ import re
 import sqlite3
 import urllib.parse
 from collections.abc import Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from perfdoctor.errors import InputError
 from perfdoctor.load.file_kind import not_sqlite_reason
 from perfdoctor.table import Table
+
+if TYPE_CHECKING:
+    from concurrent.futures import Future, ThreadPoolExecutor
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
@@ -100,6 +103,8 @@ class SqliteExport:
                 or self._rows(table) <= SMALL_TABLE_ROWS:
             return
         if self._pool is None:
+            from concurrent.futures import ThreadPoolExecutor
+
             self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="perfdoctor-read")
         key = (table, tuple(columns.items()))
         self._prefetched[key] = self._pool.submit(self._read, table, columns, True)
@@ -180,6 +185,8 @@ class SqliteExport:
 def _column(values: tuple) -> np.ndarray:
     """One column of sqlite3 rows as numpy: integers int64, numbers with NULLs float with NaN (as the
     Arrow reader gives them), text and blobs objects."""
+    if isinstance(next((v for v in values if v is not None), None), (str, bytes)):
+        return np.array(values, dtype=object)  # text: no detour through a fixed-width unicode array
     arr = np.array(values)
     if arr.dtype.kind in "iuf":
         return arr

@@ -16,8 +16,6 @@ import sqlite3
 import time
 from pathlib import Path
 
-import pytest
-
 from tests.paths import SAMPLES, SHARED
 from tests.robustness.harness import digest, perfdoctor
 
