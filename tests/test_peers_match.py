@@ -136,3 +136,4 @@ print(json.dumps([waits.straggler.rank, waits.evidence["0"]["dp"]["waited_for_ms
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout) == [1, {"1": 0.2}]
+

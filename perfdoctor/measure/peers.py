@@ -195,7 +195,10 @@ def _align(matched: dict[str, np.ndarray], instances: grouped.Groups,
     if not matched["rank"].size:
         return offsets, None
     by_rank = grouped.groups(matched["rank"])
+    # Relative to the earliest end: medians are taken in float64, which on UTC nanoseconds (~1.7e18)
+    # would round every offset and the residual to 256 ns.
     end = matched["end"].astype(np.int64)
+    end = end - end.min()
     for _ in range(2):
         shifted = end + _of_rank(offsets, matched["rank"])
         target = instances.median(shifted)[instances.codes]
