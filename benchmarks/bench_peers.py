@@ -15,16 +15,19 @@ import argparse
 import json
 import os
 import statistics
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-from perfdoctor.classify.groups import GROUPS
-from perfdoctor.measure import intervals as iv
-from perfdoctor.measure.collectives import Collectives
-from perfdoctor.measure.host import CAUSES
-from perfdoctor.measure.peers import match
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's perfdoctor
+
+from perfdoctor.classify.groups import GROUPS  # noqa: E402
+from perfdoctor.measure import intervals as iv  # noqa: E402
+from perfdoctor.measure.collectives import Collectives  # noqa: E402
+from perfdoctor.measure.host import CAUSES  # noqa: E402
+from perfdoctor.measure.peers import match  # noqa: E402
 
 TP = 8
 STEPS = 4

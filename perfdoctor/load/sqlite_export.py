@@ -37,6 +37,9 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 
 # Event tables up to this many rows are read through sqlite3 (docs/benchmarks.md, "SQLite readers").
 SMALL_TABLE_ROWS = 50_000
+# Whether a large table may be read on a second thread (SqliteExport.prefetch): perfdoctor.execute turns
+# it off where the process has no core to spare (``--jobs 1``, and in pool workers, one per core).
+READ_THREAD = True
 
 
 class SqliteExport:
@@ -99,7 +102,7 @@ class SqliteExport:
     def prefetch(self, table: str, columns: Mapping[str, str]) -> None:
         """Start reading a large table on another thread (connectorx releases the GIL while it reads);
         the next :meth:`read` of the same table and columns waits for it. Small tables are not worth it."""
-        if table not in self.tables or all(e.strip().upper() == "NULL" for e in columns.values()) \
+        if not READ_THREAD or table not in self.tables or all(e.strip().upper() == "NULL" for e in columns.values()) \
                 or self._rows(table) <= SMALL_TABLE_ROWS:
             return
         if self._pool is None:
