@@ -222,8 +222,14 @@ def factorize(values: np.ndarray, *, sort: bool = False, keep_missing: bool = Fa
             new = np.where(missing, -1, np.cumsum(~missing) - 1)
             inverse, distinct = new[inverse], distinct[~missing]
         return inverse, distinct
-    index: dict[Any, int] = {}
-    codes = np.fromiter((index.setdefault(_key(v), len(index)) for v in values.tolist()), dtype=np.int64, count=n)
+    items = values.tolist()
+    first_seen = dict.fromkeys(items)  # distinct values in order of appearance, in C
+    if any(isinstance(v, float) and v != v for v in first_seen):  # NaNs: each is its own key there
+        index: dict[Any, int] = {}
+        codes = np.fromiter((index.setdefault(_key(v), len(index)) for v in items), dtype=np.int64, count=n)
+    else:
+        index = {v: i for i, v in enumerate(first_seen)}
+        codes = np.fromiter(map(index.__getitem__, items), dtype=np.int64, count=n)
     distinct = np.empty(len(index), dtype=object)
     for key, code in index.items():
         distinct[code] = np.nan if key is _NAN else key

@@ -21,7 +21,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from perfdoctor.load.labels import message_codes
+from perfdoctor.load.labels import any_message
 from perfdoctor.model import Run, Timeline, TimelineInfo
 
 MANIFEST = "manifest.json"
@@ -120,10 +120,11 @@ def timeline_fingerprints(tl: Timeline) -> frozenset[str]:
         if not len(table):
             continue
         if where == "nvtx":
-            distinct = message_codes(table)[1]  # each distinct message once, shared with the labels
+            shown = any_message(table, pattern)  # all distinct messages in one scan, shared with the labels
         else:
-            distinct = table["demangled_name" if "demangled_name" in table else "short_name"].values
-        if any(pattern.search(str(v)) for v in distinct):
+            names = table["demangled_name" if "demangled_name" in table else "short_name"].values
+            shown = any(pattern.search(str(v)) for v in names)
+        if shown:
             found.add(name)
     return frozenset(found)
 

@@ -50,11 +50,24 @@ def labelled_rows(nvtx: Table, kind: str) -> np.ndarray:
 
 def matching(nvtx: Table, pattern: re.Pattern[str]) -> Table:
     """Rows of ``nvtx`` (any domain) whose message matches ``pattern``; each distinct message tested once."""
-    if not len(nvtx):
-        return nvtx
+    if not len(nvtx) or not any_message(nvtx, pattern):
+        return nvtx.take(np.zeros(0, dtype=np.int64))
     codes, uniques = message_codes(nvtx)
     hit = np.array([isinstance(t, str) and bool(pattern.match(t)) for t in uniques] + [False])
     return nvtx.take(np.flatnonzero(hit[codes]))
+
+
+def any_message(nvtx: Table, pattern: re.Pattern[str]) -> bool:
+    """Whether ``pattern`` can match (``match`` or ``search``) any distinct message: one scan of all of
+    them joined by newlines with ``^``/``$`` at line ends, instead of one call per message. It can answer
+    yes for none (a match across two messages), never no for one, for patterns without ``\A``/``\Z``."""
+    multiline = re.compile(pattern.pattern, pattern.flags | re.MULTILINE)
+    return multiline.search(_joined(nvtx)) is not None
+
+
+@per_object
+def _joined(nvtx: Table) -> str:
+    return "\n".join(message_codes(nvtx)[1])
 
 
 @per_object

@@ -1,0 +1,97 @@
+"""perfdoctor.table: the numpy tables every measurement reads, checked against plain Python."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from perfdoctor.table import Strings, Table, factorize
+
+
+def _reference(values: list, sort: bool, keep_missing: bool) -> tuple[list[int], list]:
+    """pandas.factorize's contract in plain Python: first appearance (or sorted), missing → −1."""
+    def missing(v: object) -> bool:
+        return v is None or (isinstance(v, float) and math.isnan(v))
+
+    def key(v: object) -> object:
+        return "<nan>" if isinstance(v, float) and math.isnan(v) else v
+
+    distinct: list = []
+    seen: dict = {}
+    for v in values:
+        if (keep_missing or not missing(v)) and key(v) not in seen:
+            seen[key(v)] = v
+            distinct.append(v)
+    if sort:
+        distinct.sort(key=lambda v: (missing(v), v if not missing(v) else 0))
+    position = {key(v): i for i, v in enumerate(distinct)}
+    return [position.get(key(v), -1) if keep_missing or not missing(v) else -1 for v in values], distinct
+
+
+CASES = {
+    "dense ints": lambda rng: rng.integers(0, 50, 2000),
+    "sparse ints": lambda rng: rng.integers(-(2**62), 2**62, 500),
+    "uint64 near the top": lambda rng: (np.uint64(2**64 - 1) - rng.integers(0, 40, 300).astype(np.uint64)),
+    "bools": lambda rng: rng.integers(0, 2, 100).astype(bool),
+    "floats with NaN": lambda rng: np.where(rng.random(400) < 0.2, np.nan, rng.integers(0, 9, 400).astype(float)),
+    "text with None": lambda rng: np.array([None if x == 0 else f"m{x}" for x in rng.integers(0, 12, 700)],
+                                           dtype=object),
+    "text with NaN": lambda rng: np.array([float("nan") if x == 0 else f"m{x}" for x in rng.integers(0, 5, 90)],
+                                          dtype=object),
+    "empty": lambda rng: np.zeros(0, dtype=np.int64),
+}
+
+
+@pytest.mark.parametrize("case, sort, keep_missing", [
+    (case, sort, keep) for case in CASES for sort in (False, True) for keep in (False, True)
+    if not (sort and keep and case == "text with None")])  # None has no order among strings
+def test_factorize_matches_the_reference(case: str, sort: bool, keep_missing: bool) -> None:
+    values = CASES[case](np.random.default_rng(7))
+    codes, distinct = factorize(values, sort=sort, keep_missing=keep_missing)
+    want_codes, want = _reference(values.tolist(), sort, keep_missing)
+    assert codes.tolist() == want_codes
+    got = distinct.tolist()
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert (isinstance(g, float) and math.isnan(g) and math.isnan(w)) or g == w
+    if case == "uint64 near the top":
+        assert distinct.dtype == np.uint64
+
+
+def test_strings_decode_mask_where_map_and_concat() -> None:
+    s = Strings.encode(["gemm", "nccl", None, "gemm"])
+    assert s.decode().tolist() == ["gemm", "nccl", None, "gemm"]
+    assert len(s) == 4 and s[1] == "nccl" and s[np.array([3, 0])].decode().tolist() == ["gemm", "gemm"]
+    assert s.mask("gemm", None).tolist() == [True, False, True, True]
+    assert s.where(lambda v: isinstance(v, str) and v.startswith("n")).tolist() == [False, True, False, False]
+    assert s.map(lambda v: len(v or ""), dtype=np.int64).tolist() == [4, 4, 0, 4]
+    both = Strings.concat([s, Strings.encode(["nccl", "ln"])])
+    assert both.decode().tolist() == ["gemm", "nccl", None, "gemm", "nccl", "ln"]
+    assert len(set(map(repr, both.values.tolist()))) == both.values.size  # merged: each value once
+    empty = Strings(np.zeros(0, dtype=np.int32), np.zeros(0, dtype=object))
+    assert empty.decode().size == 0 and empty.mask("x").size == 0
+
+
+def test_table_rows_by_position_mask_and_slice_keep_columns_aligned() -> None:
+    t = Table({"start": np.array([30, 10, 20]), "name": Strings.encode(["c", "a", "b"])})
+    assert len(t) == 3 and t.columns == ["start", "name"] and "name" in t and "end" not in t
+    assert t[np.array([2, 0])].col("name").tolist() == ["b", "c"]
+    assert t[t["start"] > 15].col("start").tolist() == [30, 20]
+    assert t[1:].col("name").tolist() == ["a", "b"]
+    ordered = t.sorted_by("start")
+    assert ordered.col("start").tolist() == [10, 20, 30] and ordered.col("name").tolist() == ["a", "b", "c"]
+    assert ordered.sorted_by("start") is ordered  # already in order: no copy
+    assert [r.name for r in ordered.rows()] == ["a", "b", "c"]
+    assert Table.concat([t, t]).col("name").tolist() == ["c", "a", "b"] * 2
+    assert t.equals(Table({"start": np.array([30, 10, 20]), "name": Strings.encode(["c", "a", "b"])}))
+    assert not t.equals(ordered)
+    assert len(Table.empty(["a", "b"])) == 0 and len(t.select(["name"]).columns) == 1
+    with pytest.raises(ValueError, match="rows"):
+        t["extra"] = np.arange(4)
+
+
+def test_a_table_without_columns_still_counts_rows() -> None:
+    t = Table(rows=5)
+    assert len(t) == 5 and len(t[np.array([True, False, True, False, False])]) == 2 and len(t[1:4]) == 3
