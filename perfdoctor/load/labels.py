@@ -60,7 +60,8 @@ def matching(nvtx: Table, pattern: re.Pattern[str]) -> Table:
 def any_message(nvtx: Table, pattern: re.Pattern[str]) -> bool:
     """Whether ``pattern`` can match (``match`` or ``search``) any distinct message: one scan of all of
     them joined by newlines with ``^``/``$`` at line ends, instead of one call per message. It can answer
-    yes for none (a match across two messages), never no for one, for patterns without ``\A``/``\Z``."""
+    yes for none (a match across two messages), never no for one, for patterns without string anchors
+    (``\\A``, ``\\Z``)."""
     multiline = re.compile(pattern.pattern, pattern.flags | re.MULTILINE)
     return multiline.search(_joined(nvtx)) is not None
 
