@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # this checkout's perfdoctor, as the timed subprocesses get (PYTHONPATH)
 SHARED = REPO.parent / "shared" / "traces" / "kineto"
 HTA_VERSION = "0.5.0"
 HTA_DEPS = ["numpy", "pandas", "plotly", "networkx", "pydot", "psutil", "pyyaml"]
@@ -105,9 +106,9 @@ def perfdoctor_numbers(paths: list[Path]) -> dict[str, dict[str, float]]:
         for tl in timelines:
             k = tl.kernels
             comm = category_mask(kernel_classes(k), "comm")
-            s, e = k["start"].to_numpy(), k["end"].to_numpy()
-            ops_s = np.concatenate([s, tl.memcpy["start"].to_numpy(), tl.memset["start"].to_numpy()])
-            ops_e = np.concatenate([e, tl.memcpy["end"].to_numpy(), tl.memset["end"].to_numpy()])
+            s, e = k["start"], k["end"]
+            ops_s = np.concatenate([s, tl.memcpy["start"], tl.memset["start"]])
+            ops_e = np.concatenate([e, tl.memcpy["end"], tl.memset["end"]])
             busy = union(ops_s, ops_e)
             compute = union(s[~comm], e[~comm])
             comm_u = union(s[comm], e[comm])
