@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from perfdoctor.load.discover import reads_as_kineto
-from perfdoctor.load.kineto import load_kineto
 from perfdoctor.load.sqlite_export import SqliteExport
 from perfdoctor.measure.ranks import stage_of, world_size
 
@@ -67,6 +66,8 @@ def glance(path: Path) -> Glance:
 
 
 def _glance_kineto(path: Path) -> Glance:
+    from perfdoctor.load.kineto import load_kineto  # msgspec and the JSON reader: only for Kineto input
+
     info, timelines = load_kineto(path)
     steps = [int(e - s) for tl in timelines[:1] for s, e, t in zip(tl.nvtx["start"], tl.nvtx["end"], tl.nvtx["text"])
              if isinstance(t, str) and t.startswith("ProfilerStep#") and e > s]

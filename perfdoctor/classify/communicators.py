@@ -12,7 +12,6 @@ is chosen is ``classify.groups``' business.
 
 from __future__ import annotations
 
-import hashlib
 import re
 from dataclasses import dataclass
 
@@ -92,6 +91,8 @@ def process_group_communicators(kernels: Table, comm_idx: np.ndarray) -> Communi
     sizes[codes[known]] = pg_size[known]
     # PyTorch names process groups the same on every member ("0", "1", ...), so a hash of the name is a
     # communicator id that matches across ranks (perfdoctor.measure.peers); 0 means unknown there.
+    import hashlib  # Kineto input only: not on the start-up path of an nsys analysis
+
     ids = np.array([int.from_bytes(hashlib.blake2b(str(u).encode(), digest_size=8).digest(), "little") or 1
                     for u in uniques], dtype=np.uint64)
     return Communicators(of_kernel, ids, sizes)

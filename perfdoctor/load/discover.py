@@ -55,6 +55,12 @@ def reads_as_kineto(path: Path) -> bool:
 def is_kineto(path: Path) -> bool:
     """A PyTorch profiler trace, judged by content: JSON files in a run directory count only when they
     are (not manifests or saved reports), and a given file is read as one whatever its name."""
+    try:
+        with path.open("rb") as fh:
+            if fh.read(16) == b"SQLite format 3\x00":  # an export: no need to load the JSON reader to say no
+                return False
+    except OSError:
+        return False
     from perfdoctor.load.kineto import is_kineto as sniffed
 
     return sniffed(path)
