@@ -45,6 +45,9 @@ def test_groups_and_reductions_match_a_plain_group_by(seed: int) -> None:
         assert g.median(other).tolist() == [float(np.median(other[r])) for r in rows]
     # The row of the largest value; on ties the first row, like pandas' idxmax.
     assert g.first_max(values).tolist() == [r[int(np.argmax(values[r]))] for r in rows]
+    # Each row's place among its group's rows, in row order (pandas' cumcount).
+    place = {row: i for r in rows for i, row in enumerate(r)}
+    assert g.position().tolist() == [place[row] for row in range(n)]
 
 
 def test_ties_pick_the_first_row() -> None:
@@ -58,6 +61,7 @@ def test_empty_input_and_one_row() -> None:
     empty = grouped.groups(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.uint64))
     assert empty.n == 0 and empty.sum(np.zeros(0, dtype=np.int64)).size == 0
     assert empty.first_max(np.zeros(0, dtype=np.int64)).size == empty.median(np.zeros(0)).size == 0
+    assert empty.position().size == 0
     one = grouped.groups(np.array([9]), np.array([2**64 - 1], dtype=np.uint64))
     assert one.n == 1 and one.first_max(np.array([3])).tolist() == [0] and one.median(np.array([3])).tolist() == [3.0]
 

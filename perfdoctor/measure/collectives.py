@@ -22,12 +22,13 @@ import numpy as np
 
 from perfdoctor.classify.communicators import communicators
 from perfdoctor.classify.groups import GROUPS, GroupLabels
+from perfdoctor.measure import grouped
 from perfdoctor.measure import intervals as iv
 from perfdoctor.measure.activity import Activity
 from perfdoctor.measure.host import CAUSES, HostGaps
 from perfdoctor.measure.steps import Steps
 from perfdoctor.model import Timeline
-from perfdoctor.table import Table, factorize
+from perfdoctor.table import Table
 
 # CUDA API calls shorter than this are launch overhead, not "what the CPU was doing" before an arrival.
 LONG_CALL_NS = 100_000
@@ -69,9 +70,12 @@ def collectives(tl: Timeline, act: Activity, steps: Steps, groups: GroupLabels, 
     of = comms.of_kernel[idx]
     comm = np.where(of >= 0, comms.ids[np.maximum(of, 0)] if comms.ids.size else 0, 0).astype(np.uint64)
     stream_ids = k.col("stream")[idx]
-    pair = _pair_codes(group, comm)
-    stream_place = _dense_rank_within(pair, stream_ids).astype(np.int16)
-    seq = _cumcount(pair * (int(stream_place.max(initial=0)) + 1) + stream_place).astype(np.int32)
+    # Per (group, communicator): each stream's place among its streams, and each kernel's sequence number
+    # on its stream (groups come in the sorted order of their keys, so places are by stream id).
+    pair = grouped.groups(group, comm)
+    by_stream = grouped.groups(pair.codes, stream_ids)
+    stream_place = (by_stream.codes - pair.min(by_stream.codes)[pair.codes]).astype(np.int16)
+    seq = grouped.groups(pair.codes, stream_place).position().astype(np.int32)
     start, end = k_start[idx], k_end[idx]
 
     # The interval before each arrival: from the previous instance of the same group ends (or the step
@@ -115,33 +119,3 @@ def _long_calls(api: Table) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     long = np.flatnonzero(e - s >= LONG_CALL_NS)
     return s[long], e[long], api["name"][long].decode().astype(str).astype(object)
 
-
-def _pair_codes(group: np.ndarray, comm: np.ndarray) -> np.ndarray:
-    """One integer per distinct (group, communicator) pair."""
-    group_codes, _ = factorize(group)
-    comm_codes, comms = factorize(comm)
-    return group_codes * max(comms.size, 1) + comm_codes
-
-
-def _dense_rank_within(key: np.ndarray, values: np.ndarray) -> np.ndarray:
-    """Per row, the place of its value among the distinct values of its key's rows (0, 1, …; ascending)."""
-    if not key.size:
-        return np.zeros(0, dtype=np.int64)
-    value_codes, distinct = factorize(values, sort=True)
-    combined = key.astype(np.int64) * max(distinct.size, 1) + value_codes
-    uniq, inverse = np.unique(combined, return_inverse=True)
-    block = uniq // max(distinct.size, 1)
-    first = np.searchsorted(block, block, side="left")
-    return (np.arange(uniq.size) - first)[inverse.reshape(-1)]
-
-
-def _cumcount(key: np.ndarray) -> np.ndarray:
-    """Per row, how many earlier rows share its key (0, 1, … in row order)."""
-    if not key.size:
-        return np.zeros(0, dtype=np.int64)
-    order = np.argsort(key, kind="stable")
-    sorted_key = key[order]
-    first = np.searchsorted(sorted_key, sorted_key, side="left")
-    out = np.empty(key.size, dtype=np.int64)
-    out[order] = np.arange(key.size) - first
-    return out

@@ -35,6 +35,12 @@ class Groups:
         """Per group, the value of its first row (a group's key when ``values`` is a key column)."""
         return values[self.order[self.starts]]
 
+    def position(self) -> np.ndarray:
+        """Per row, its place among its group's rows (0, 1, … in row order)."""
+        out = np.empty(self.codes.size, dtype=np.int64)
+        out[self.order] = np.arange(self.codes.size) - np.repeat(self.starts, self.size)
+        return out
+
     def rows(self, j: int) -> np.ndarray:
         return self.order[self.starts[j]:self.ends[j]]
 
