@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from perfdoctor.diagnose.conditions import NAMESPACES
 from perfdoctor.diagnose.knob_values import COMPUTE, ESTIMATE, literal_problem
 from perfdoctor.errors import InputError
-from perfdoctor.safe_yaml import load_yaml_file
+from perfdoctor.safe_yaml import load_trusted_yaml, load_yaml_file
 
 if TYPE_CHECKING:  # importlib.resources.abc is 3.11+; only the annotations name it
     from importlib.resources.abc import Traversable
@@ -109,7 +109,8 @@ def load_rule(path: Traversable, builtin: bool = False, *, schema_checked: bool 
     validated against the schema, so only the checks of meaning run (no jsonschema import at start-up)."""
     # A user's rule is read within bounds (size, depth, aliases, regular files only); a shipped one is
     # part of the package the tests checked, and parsing it once more to bound it costs start-up.
-    spec = _load_shipped(path) if schema_checked else load_yaml_file(path, error=RuleError)
+    spec = load_trusted_yaml(path.read_text(encoding="utf-8")) if schema_checked \
+        else load_yaml_file(path, error=RuleError)
     if not isinstance(spec, dict):
         raise RuleError(f"{path}: <top>: a rule file must be a mapping")
     if schema_checked:
@@ -131,12 +132,6 @@ def load_rule(path: Traversable, builtin: bool = False, *, schema_checked: bool 
     if spec.get("ranks_from") and spec.get("scope", "rank") != "run":
         raise RuleError(f"{path}: ranks_from: only meaningful with scope: run")
     return Rule(id=spec["id"], source=path, spec=spec, builtin=builtin)
-
-
-def _load_shipped(path: Traversable) -> Any:
-    import yaml
-
-    return yaml.load(path.read_text(encoding="utf-8"), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
 
 
 def _check_keys(path: Path, spec: dict[str, Any]) -> None:

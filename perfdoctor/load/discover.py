@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from perfdoctor.errors import InputError
+from perfdoctor.load.file_kind import is_sqlite
 from perfdoctor.load.nsys_report import REPORT_SUFFIX, export_report
 
 TRACE_SUFFIXES = (".sqlite", ".sqlite3", ".db")
@@ -55,11 +56,7 @@ def reads_as_kineto(path: Path) -> bool:
 def is_kineto(path: Path) -> bool:
     """A PyTorch profiler trace, judged by content: JSON files in a run directory count only when they
     are (not manifests or saved reports), and a given file is read as one whatever its name."""
-    try:
-        with path.open("rb") as fh:
-            if fh.read(16) == b"SQLite format 3\x00":  # an export: no need to load the JSON reader to say no
-                return False
-    except OSError:
+    if is_sqlite(path):  # an export: no need to load the JSON reader to say no
         return False
     from perfdoctor.load.kineto import is_kineto as sniffed
 

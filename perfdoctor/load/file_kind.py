@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 HEAD_BYTES = 64 * 1024
+SQLITE_MAGIC = b"SQLite format 3\x00"
 LFS_POINTER = b"version https://git-lfs.github.com/spec/"
 NSYS_REPORT = b"NVIDIA Tegra Profiler Report"  # the first bytes of every .nsys-rep
 PICKLE_PROTOCOL = b"\x80"
@@ -32,6 +33,15 @@ def foreign_format(path: Path) -> str | None:
     if head.startswith(PICKLE_PROTOCOL) and path.suffix not in (".pickle", ".pkl"):
         return "a Python pickle (a CUDA memory snapshot must be named *.pickle or *.pkl)"
     return None
+
+
+def is_sqlite(path: Path) -> bool:
+    """Whether ``path`` starts like an SQLite database (an unreadable file is not one)."""
+    try:
+        with path.open("rb") as fh:
+            return fh.read(len(SQLITE_MAGIC)) == SQLITE_MAGIC
+    except OSError:
+        return False
 
 
 def not_sqlite_reason(path: Path) -> str:

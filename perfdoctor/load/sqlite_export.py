@@ -27,13 +27,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from perfdoctor.errors import InputError
-from perfdoctor.load.file_kind import not_sqlite_reason
+from perfdoctor.load.file_kind import SQLITE_MAGIC, not_sqlite_reason
 from perfdoctor.table import Table
 
 if TYPE_CHECKING:
     from concurrent.futures import Future, ThreadPoolExecutor
 
-SQLITE_MAGIC = b"SQLite format 3\x00"
 
 # Event tables up to this many rows are read through sqlite3 (docs/benchmarks.md, "SQLite readers").
 SMALL_TABLE_ROWS = 50_000
@@ -102,8 +101,8 @@ class SqliteExport:
     def prefetch(self, table: str, columns: Mapping[str, str]) -> None:
         """Start reading a large table on another thread (connectorx releases the GIL while it reads);
         the next :meth:`read` of the same table and columns waits for it. Small tables are not worth it."""
-        if not READ_THREAD or table not in self.tables or all(e.strip().upper() == "NULL" for e in columns.values()) \
-                or self._rows(table) <= SMALL_TABLE_ROWS:
+        large = READ_THREAD and table in self.tables and _present(columns) and self._rows(table) > SMALL_TABLE_ROWS
+        if not large:
             return
         if self._pool is None:
             from concurrent.futures import ThreadPoolExecutor
@@ -129,7 +128,7 @@ class SqliteExport:
         return self._read(table, columns, self._rows(table) > SMALL_TABLE_ROWS)
 
     def _read(self, table: str, columns: Mapping[str, str], large: bool) -> Table:
-        present = {name: expr for name, expr in columns.items() if expr.strip().upper() != "NULL"}
+        present = _present(columns)
         if present:
             select = ", ".join(f"{expr} AS {name}" for name, expr in present.items())
             sql = f"SELECT {select} FROM [{table}]"
@@ -183,6 +182,11 @@ class SqliteExport:
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
         self.conn.close()
+
+
+def _present(columns: Mapping[str, str]) -> dict[str, str]:
+    """The columns to select: all but the ``NULL`` placeholders of optional columns the export lacks."""
+    return {name: expr for name, expr in columns.items() if expr.strip().upper() != "NULL"}
 
 
 def _column(values: tuple) -> np.ndarray:
