@@ -210,12 +210,13 @@ def analyze_timeline(tl: Timeline, config: dict[str, Any], excerpts: bool) -> Ra
         return result
     result.excerpt = excerpt(tl, kcls, act, steps, groups, config) if excerpts else None
     result.series = step_series(tl.kernels, act, steps, groups)
-    result.metrics, device.evidence = timeline_metrics(tl, kcls, act, steps, groups, config)
+    gaps = host_gaps(tl, steps, act.busy) if tl.device_id is not None and len(steps) else None
+    result.metrics, device.evidence = timeline_metrics(tl, kcls, act, steps, groups, gaps, config)
     result.metrics |= graph_metrics(tl, steps)
     if (work := kernel_work(tl.kernels, kcls, steps)) is not None:
         device.evidence["work"] = work
-    if tl.device_id is not None and len(steps):
-        result.collectives = collectives(tl, act, steps, groups, host_gaps(tl, steps, act.busy))
+    if gaps is not None:
+        result.collectives = collectives(tl, act, steps, groups, gaps)
     return result
 
 

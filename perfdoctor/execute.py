@@ -51,7 +51,7 @@ def run_tasks(fn: Callable[[T], R], tasks: Sequence[T], jobs: int | None = None,
         return _on_dask(fn, tasks, jobs, dask, report)
     if jobs == 1 or total <= 1:
         results = []
-        with _read_thread(jobs > 1):  # --jobs 1: one core, so no reading thread beside the analysis
+        with _read_threads(jobs):  # the cores this process may use read its large tables
             for task in tasks:
                 results.append(fn(task))
                 report(len(results))
@@ -68,24 +68,25 @@ def run_tasks(fn: Callable[[T], R], tasks: Sequence[T], jobs: int | None = None,
 
 
 @contextmanager
-def _read_thread(allowed: bool) -> Iterator[None]:
-    """Whether a large SQLite table may be read on a second thread while this process analyses
-    (perfdoctor.load.sqlite_export.READ_THREAD), for the duration of the block."""
+def _read_threads(cores: int) -> Iterator[None]:
+    """How many threads may read one large SQLite table at once (perfdoctor.load.sqlite_export.READ_THREADS),
+    for the duration of the block: one per core this process may use."""
     from perfdoctor.load import sqlite_export
 
-    before, sqlite_export.READ_THREAD = sqlite_export.READ_THREAD, allowed
+    before, sqlite_export.READ_THREADS = sqlite_export.READ_THREADS, cores
     try:
         yield
     finally:
-        sqlite_export.READ_THREAD = before
+        sqlite_export.READ_THREADS = before
 
 
 def _one_core() -> None:
-    """Pool worker set-up: every core runs a worker, so a reading thread would only compete (measured on
-    64 ranks with 2 workers: 4.8 s with it, 5.0 s without, within the noise, and 407 against 384 MiB)."""
+    """Pool worker set-up: every core runs a worker, so a table is read by one thread (measured on 64
+    ranks with 2 workers: 4.8 s with a second reading thread, 5.0 s without, within the noise, and 407
+    against 384 MiB)."""
     from perfdoctor.load import sqlite_export
 
-    sqlite_export.READ_THREAD = False
+    sqlite_export.READ_THREADS = 1
 
 
 def _context() -> multiprocessing.context.BaseContext:

@@ -201,11 +201,16 @@ def factorize(values: np.ndarray, *, sort: bool = False, keep_missing: bool = Fa
         if hi - lo <= _DENSE_SPAN_PER_ROW * n + 1024:
             numbers = values.view(np.uint8) if values.dtype.kind == "b" else values
             shifted = (numbers - numbers.min()).astype(np.int64)  # in the values' own type: no overflow
+            if sort:  # which values occur is enough: no first appearances to find
+                present = np.zeros(hi - lo + 1, dtype=bool)
+                present[shifted] = True
+                distinct = np.flatnonzero(present)
+                code_of = np.cumsum(present, dtype=np.int64) - 1
+                return code_of[shifted], (distinct.astype(numbers.dtype) + numbers.min()).astype(values.dtype)  # wraps exactly
             first = np.full(hi - lo + 1, n, dtype=np.int64)
             np.minimum.at(first, shifted, np.arange(n))
             distinct = np.flatnonzero(first < n)
-            if not sort:
-                distinct = distinct[np.argsort(first[distinct], kind="stable")]
+            distinct = distinct[np.argsort(first[distinct], kind="stable")]
             code_of = np.zeros(first.size, dtype=np.int64)
             code_of[distinct] = np.arange(distinct.size)
             return code_of[shifted], values[first[distinct]]

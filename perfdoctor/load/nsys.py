@@ -207,8 +207,6 @@ def _gpus(db: SqliteExport) -> dict[int, GpuInfo]:
 def read_timelines(db: SqliteExport, info: TraceInfo, *, detail: bool = True) -> list[Timeline]:
     """Split the file's events into one Timeline per (process, device)."""
     strings = _strings(db)
-    # The CUDA calls are read on a second core while the kernels are read and decoded here.
-    db.prefetch(RUNTIME_TABLE, _select(db, RUNTIME_TABLE, _api_columns(detail)))
     kernels = with_graph_replays(db, _kernels(db, strings, detail), info.warnings)  # graph-mode CUDA graphs as rows
     memcpy = _device_table(db, MEMCPY_TABLE, {"bytes": "bytes", "copy_kind": "copyKind"})
     memset = _device_table(db, MEMSET_TABLE, {"bytes": "bytes"})

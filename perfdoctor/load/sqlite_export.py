@@ -4,11 +4,16 @@ Two connections serve two purposes:
 
 * a Python ``sqlite3`` connection opened with ``mode=ro`` checks the file, lists tables and columns,
   and reads the small metadata tables;
-* connectorx reads the large event tables straight into Arrow columns (chosen by measurement,
+* connectorx reads the large event tables in Rust into Arrow columns (chosen by measurement,
   ``benchmarks/bench_readers.py``, in docs/benchmarks.md: about 1.5–1.8× the time of a C-level
-  ``SELECT total(...)`` scan, as fast as or faster than ADBC's SQLite driver, against 6–7× for
-  ``sqlite3`` rows turned into numpy); tables of at most :data:`SMALL_TABLE_ROWS` rows go through the
-  read-only ``sqlite3`` connection, which reads them before connectorx and pyarrow would be imported.
+  ``SELECT total(...)`` scan on one core, as fast as or faster than ADBC's SQLite driver, against 6–7×
+  for ``sqlite3`` rows turned into numpy). A large table is read in :data:`READ_THREADS` slices of
+  its rowids at once, one connectorx query per slice on its own thread (connectorx releases the GIL),
+  and the slices joined in file order: on two cores the kernel and CUDA-call tables of a million
+  kernels are read in about the time of the one-core C scan. Tables of at most
+  :data:`SMALL_TABLE_ROWS` rows go through the read-only ``sqlite3`` connection, which reads them
+  before connectorx would be imported. connectorx hands its columns over as Arrow C structs, copied
+  into numpy by :mod:`perfdoctor.load.arrow_c` without importing pyarrow.
 
 connectorx cannot be asked for ``mode=ro``, so it is only handed a file that the read-only
 connection has already opened and validated, and never one with a hot journal or WAL beside it (a
@@ -22,23 +27,19 @@ import sqlite3
 import urllib.parse
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from perfdoctor.errors import InputError
+from perfdoctor.load import arrow_c
 from perfdoctor.load.file_kind import SQLITE_MAGIC, not_sqlite_reason
 from perfdoctor.table import Table
 
-if TYPE_CHECKING:
-    from concurrent.futures import Future, ThreadPoolExecutor
-
-
 # Event tables up to this many rows are read through sqlite3 (docs/benchmarks.md, "SQLite readers").
 SMALL_TABLE_ROWS = 50_000
-# Whether a large table may be read on a second thread (SqliteExport.prefetch): perfdoctor.execute turns
-# it off where the process has no core to spare (``--jobs 1``, and in pool workers, one per core).
-READ_THREAD = True
+# How many threads may read one large table at once, each a slice of its rowids: perfdoctor.execute sets
+# it to the cores this process may use (``--jobs``; 1 in pool workers, where every core runs a worker).
+READ_THREADS = 1
 
 
 class SqliteExport:
@@ -55,8 +56,6 @@ class SqliteExport:
             raise InputError(f"{path}: not a readable SQLite database ({exc})") from None
         self.tables: frozenset[str] = frozenset(r[0] for r in rows)
         self._columns: dict[str, tuple[str, ...]] = {}
-        self._prefetched: dict[tuple[str, tuple], Future] = {}
-        self._pool: ThreadPoolExecutor | None = None
 
     def _check_file(self) -> None:
         path = self.path
@@ -98,19 +97,6 @@ class SqliteExport:
         except (sqlite3.DatabaseError, UnicodeDecodeError) as exc:
             raise InputError(self._read_error(str(exc))) from None
 
-    def prefetch(self, table: str, columns: Mapping[str, str]) -> None:
-        """Start reading a large table on another thread (connectorx releases the GIL while it reads);
-        the next :meth:`read` of the same table and columns waits for it. Small tables are not worth it."""
-        large = READ_THREAD and table in self.tables and _present(columns) and self._rows(table) > SMALL_TABLE_ROWS
-        if not large:
-            return
-        if self._pool is None:
-            from concurrent.futures import ThreadPoolExecutor
-
-            self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="perfdoctor-read")
-        key = (table, tuple(columns.items()))
-        self._prefetched[key] = self._pool.submit(self._read, table, columns, True)
-
     def read(self, table: str, columns: Mapping[str, str]) -> Table:
         """Bulk-read ``table`` into a :class:`Table` whose columns are the keys of ``columns``.
 
@@ -120,19 +106,15 @@ class SqliteExport:
         connectorx cannot type a NULL literal, and a valid export without an optional column is not a
         corrupt file. Integer columns holding NULLs come back as float with NaN, text as objects.
         """
-        pending = self._prefetched.pop((table, tuple(columns.items())), None)
-        if pending is not None:
-            return pending.result()
         if table not in self.tables:
             return Table.empty(columns)
-        return self._read(table, columns, self._rows(table) > SMALL_TABLE_ROWS)
-
-    def _read(self, table: str, columns: Mapping[str, str], large: bool) -> Table:
         present = _present(columns)
         if present:
             select = ", ".join(f"{expr} AS {name}" for name, expr in present.items())
             sql = f"SELECT {select} FROM [{table}]"
-            frame = Table((self._read_arrow if large else self._read_rows)(sql, list(present)))
+            rowids = self._rowids(table)
+            frame = Table(self._read_rows(sql, list(present)) if rowids is None
+                          else self._read_arrow(sql, list(present), rowids))
         else:
             frame = Table(rows=self.query(f"SELECT COUNT(*) FROM [{table}]")[0][0])
         out = Table(rows=len(frame))
@@ -140,36 +122,76 @@ class SqliteExport:
             out[name] = frame[name] if name in frame else np.full(len(frame), np.nan)
         return out
 
-    def _rows(self, table: str) -> int:
-        """Rows of an event table, or at least more than :data:`SMALL_TABLE_ROWS`: its largest rowid
-        bounds it at no cost, and only a larger bound (ids can be sparse: ``StringIds``) is counted."""
+    def _rowids(self, table: str) -> tuple[int, int] | None:
+        """The first and last rowid of a large table, to slice it by; ``None`` for a small one (at most
+        :data:`SMALL_TABLE_ROWS` rows). Each end is one b-tree lookup (in two subqueries: SQLite scans the
+        table for ``min(rowid), max(rowid)`` in one); only a span beyond the limit (ids can be sparse:
+        ``StringIds``) is checked by stepping over that many rows, not counting all of them."""
         try:
-            bound = int(self.query(f"SELECT max(rowid) FROM [{table}]")[0][0] or 0)
-        except InputError:  # a table without rowid
-            bound = SMALL_TABLE_ROWS + 1
-        return bound if bound <= SMALL_TABLE_ROWS else int(self.query(f"SELECT COUNT(*) FROM [{table}]")[0][0])
+            low, high = self.query(f"SELECT (SELECT min(rowid) FROM [{table}]), "
+                                   f"(SELECT max(rowid) FROM [{table}])")[0]
+        except InputError:  # a table without rowid: one slice
+            return 0, 0
+        if low is None or high - low < SMALL_TABLE_ROWS:
+            return None
+        beyond = self.query(f"SELECT 1 FROM [{table}] LIMIT 1 OFFSET {SMALL_TABLE_ROWS}")
+        return (int(low), int(high)) if beyond else None
 
     def _read_rows(self, sql: str, names: list[str]) -> dict[str, np.ndarray]:
         """A small table through the open sqlite3 connection: for a few thousand rows this is faster than
-        importing connectorx and pyarrow (about 45 ms) to read them."""
+        importing connectorx (about 25 ms) to read them."""
         rows = self.query(sql)
         if not rows:
             return {name: np.zeros(0, dtype=np.int64) for name in names}
         return {name: _column(values) for name, values in zip(names, zip(*rows))}
 
-    def _read_arrow(self, sql: str, names: list[str]) -> dict[str, np.ndarray]:
-        import connectorx
+    def _read_arrow(self, sql: str, names: list[str], rowids: tuple[int, int]) -> dict[str, np.ndarray]:
+        """A large table through connectorx, in up to :data:`READ_THREADS` rowid slices read at once
+        (connectorx's own partitioning returns the slices out of order), joined in file order."""
+        import connectorx  # noqa: F401  # imported here, once, not by two slice threads at the same time
+
+        low, high = rowids
+        parts = max(1, min(READ_THREADS, (high - low + 1) // SMALL_TABLE_ROWS)) if high > low else 1
+        if parts == 1:
+            slices = [sql]
+        else:
+            bounds = [low + (high - low + 1) * i // parts for i in range(parts + 1)]
+            slices = [f"{sql} WHERE rowid >= {a} AND rowid < {b}" for a, b in zip(bounds[:-1], bounds[1:])]
+            slices[-1] = f"{sql} WHERE rowid >= {bounds[-2]}"  # the last slice takes any later rows
+        if len(slices) == 1:
+            results = [self._arrow(slices[0])]
+        else:
+            from concurrent.futures import ThreadPoolExecutor, wait
+
+            with ThreadPoolExecutor(max_workers=len(slices), thread_name_prefix="perfdoctor-read") as pool:
+                futures = [pool.submit(self._arrow, one) for one in slices]
+                wait(futures)
+            failed = [f.exception() for f in futures if f.exception() is not None]
+            if failed:  # the slices that were read are released before the error is raised
+                arrow_c.release(batch for f in futures if f.exception() is None for batch in f.result()[1])
+                raise failed[0]
+            results = [f.result() for f in futures]
+        try:
+            return arrow_c.columns((batch for _, batches in results for batch in batches), names)
+        except ValueError as exc:
+            raise InputError(f"{self.path}: {exc}") from None
+
+    def _arrow(self, sql: str) -> tuple[list[str], list[list[tuple[int, int]]]]:
+        """One query through connectorx's reader, its result as Arrow C data interface pointers: the
+        column names and, per record batch, one (array, schema) address pair per column. This is what
+        ``connectorx.read_sql(..., return_type="arrow")`` gets before it imports pyarrow to wrap them:
+        the same call in connectorx 0.3.3 to 0.4.6 (pyproject allows those; tests/test_sqlite_reader.py
+        checks every value against sqlite3)."""
+        from connectorx.connectorx import read_sql
 
         url = "sqlite://" + urllib.parse.quote(str(self.path.resolve()))
         try:
-            arrow = connectorx.read_sql(url, sql, return_type="arrow")
+            return read_sql(url, "arrow", queries=[sql], protocol="binary", partition_query=None)
         except BaseException as exc:  # connectorx raises Rust panics as BaseException subclasses
             if isinstance(exc, (KeyboardInterrupt, SystemExit)):
                 raise
             msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             raise InputError(self._read_error(msg)) from None
-        # Integer columns with NULLs become float with NaN, text object arrays (pyarrow's to_numpy).
-        return {name: arrow.column(name).to_numpy() for name in names}
 
     def _read_error(self, message: str) -> str:
         """A failed read as one line: a column this file lacks is a schema mismatch, not corruption."""
@@ -179,8 +201,6 @@ class SqliteExport:
         return f"{self.path}: corrupt or truncated SQLite file ({message})"
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
         self.conn.close()
 
 

@@ -22,8 +22,8 @@ def summarize(tl: Timeline, kcls: Table, ccls: Table, act: Activity,
     ``kcls``/``ccls`` are the taxonomy of its kernels and copies (:mod:`perfdoctor.classify.timeline`).
     """
     k, cp, ms = tl.kernels, tl.memcpy, tl.memset
-    k_dur = k["end"] - k["start"]
-    c_dur = cp["end"] - cp["start"]
+    k_dur = (k["end"] - k["start"]).astype(np.float64)  # once: every tally weighs by it
+    c_dur = (cp["end"] - cp["start"]).astype(np.float64)
 
     window = activity_window(tl)
 
@@ -95,7 +95,7 @@ def _tally(coded: Coded, dur: np.ndarray, rows: np.ndarray | None = None) -> tup
         codes, dur = codes[rows], dur[rows]
     if not codes.size:
         return {}, {}
-    sums = np.bincount(codes, weights=dur.astype(np.float64), minlength=len(values))
+    sums = np.bincount(codes, weights=dur, minlength=len(values))
     counts = np.bincount(codes, minlength=len(values))
     present = np.flatnonzero(counts)
     return ({str(values[i]): int(round(sums[i])) for i in present}, {str(values[i]): int(counts[i]) for i in present})
@@ -125,11 +125,10 @@ def _streams(k: Table, dur: np.ndarray, comm: np.ndarray) -> list[dict[str, int]
     if not len(k):
         return []
     inverse, streams = factorize(k.col("stream"))
-    dur = dur.astype(np.float64)
     kernels = np.bincount(inverse, minlength=len(streams))
     ns = np.bincount(inverse, weights=dur, minlength=len(streams))
-    comm_kernels = np.bincount(inverse, weights=comm, minlength=len(streams))
-    comm_ns = np.bincount(inverse, weights=np.where(comm, dur, 0.0), minlength=len(streams))
+    comm_kernels = np.bincount(inverse[comm], minlength=len(streams))
+    comm_ns = np.bincount(inverse[comm], weights=dur[comm], minlength=len(streams))
     return [{"stream": int(streams[i]), "kernels": int(kernels[i]), "ns": int(round(ns[i])),
              "comm_kernels": int(comm_kernels[i]), "comm_ns": int(round(comm_ns[i]))}
             for i in np.argsort(-ns, kind="stable")]
@@ -144,8 +143,8 @@ def _top_kernels(k: Table, kcls: Table, dur: np.ndarray) -> list[dict]:
     names = k["short_name"].values
     category_codes, categories = class_codes(kcls)["category"]
     pair = k["short_name"].codes.astype(np.int64) * len(categories) + category_codes
-    keys, inverse = np.unique(pair, return_inverse=True)
-    totals = np.bincount(inverse, weights=dur.astype(np.float64), minlength=len(keys))
+    inverse, keys = factorize(pair, sort=True)
+    totals = np.bincount(inverse, weights=dur, minlength=len(keys))
     counts = np.bincount(inverse, minlength=len(keys))
     order = np.argsort(-totals, kind="stable")[:TOP_KERNELS]
     return [{"name": str(names[keys[i] // len(categories)]), "category": categories[keys[i] % len(categories)],

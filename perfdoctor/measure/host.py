@@ -186,18 +186,23 @@ def launch_stats(tl: Timeline) -> LaunchStats:
     k = tl.kernels
     call_start, call_end, call_tid = kernel_launch_calls(tl)
     ok = call_start >= 0
-    if ok.sum() < 2:
+    n_ok = int(np.count_nonzero(ok))
+    if n_ok < 2:
         return LaunchStats(None, None, None, None)
-    k_start, k_end = k.col("start")[ok], k.col("end")[ok]
-    start, end, tid = call_start[ok], call_end[ok], call_tid[ok]
+    k_start, k_end, start, end, tid = k.col("start"), k.col("end"), call_start, call_end, call_tid
+    if n_ok < ok.size:  # kernels without a launch call in the trace are left out
+        k_start, k_end, start, end, tid = k_start[ok], k_end[ok], start[ok], end[ok], tid[ok]
     if not ((tid == tid[0]).all() and np.all(start[1:] >= start[:-1])):  # else: one thread, launch order
         order = np.lexsort((start, tid))
         start, end, tid, k_start, k_end = start[order], end[order], tid[order], k_start[order], k_end[order]
     # One launch call can start many kernels (a CUDA graph traced kernel by kernel): statistics are per
     # call, its GPU work from its first kernel's start to its last kernel's end.
     first = np.flatnonzero(np.concatenate(([True], (start[1:] != start[:-1]) | (tid[1:] != tid[:-1]))))
-    duration = np.maximum.reduceat(k_end, first) - np.minimum.reduceat(k_start, first)
-    start, end, tid = start[first], end[first], tid[first]
+    if first.size == start.size:  # one kernel per call (eager launches): no spans to merge
+        duration = k_end - k_start
+    else:
+        duration = np.maximum.reduceat(k_end, first) - np.minimum.reduceat(k_start, first)
+        start, end, tid = start[first], end[first], tid[first]
     interval = np.diff(start)
     same_thread = tid[1:] == tid[:-1]
     interval, shorter = interval[same_thread], (duration[:-1] < interval)[same_thread]

@@ -16,7 +16,7 @@ from perfdoctor.classify.timeline import category_mask
 from perfdoctor.measure import intervals as iv
 from perfdoctor.measure.activity import Activity
 from perfdoctor.measure.comm_stats import comm_stats
-from perfdoctor.measure.host import CAUSES, host_gaps, launch_stats
+from perfdoctor.measure.host import CAUSES, HostGaps, launch_stats
 from perfdoctor.measure.kernel_mix import FAMILIES, UNFUSED_KINDS, kernel_mix
 from perfdoctor.measure.layernorm import blocked_norms
 from perfdoctor.measure.memory import MEMORY_KEYS
@@ -57,10 +57,12 @@ WORST_SHOWN = 3
 NS_PER_MS = 1e6
 
 
-def timeline_metrics(tl: Timeline, kcls: Table, act: Activity, steps: Steps,
-                     groups: GroupLabels, config: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+def timeline_metrics(tl: Timeline, kcls: Table, act: Activity, steps: Steps, groups: GroupLabels,
+                     gaps: HostGaps | None, config: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """Metrics of one timeline that the measurements can support (the rest stay ``None``), and the
     evidence behind them: per topic, the kernels, groups and environment values a finding quotes.
+    ``gaps`` are the host gaps of the steps (:func:`perfdoctor.measure.host.host_gaps`, which the
+    collectives need too), ``None`` where nothing ran on a GPU.
 
     Per-group communication metrics need group labels: without any (a plain capture, before the
     heuristics of the group classifier apply) they stay ``None`` rather than report zeros.
@@ -93,7 +95,6 @@ def timeline_metrics(tl: Timeline, kcls: Table, act: Activity, steps: Steps,
     out["comm.exposed_fraction"] = _median(exposed / safe)
     out["kernels.gemm_fraction"] = _median(per_step(iv.union(k.col("start")[gemm],
                                                               k.col("end")[gemm])) / safe)
-    gaps = host_gaps(tl, steps, busy)
     out["host.idle_fraction"] = _median(gaps.idle / safe)
     for cause in CAUSES:
         out[f"host.{cause}_ms"] = _median(gaps.by_cause[cause]) / NS_PER_MS

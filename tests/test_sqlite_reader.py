@@ -1,0 +1,96 @@
+"""The SQLite reader against Python's sqlite3, value by value: a small table (read through sqlite3) and
+a large one (connectorx in rowid slices on threads, its Arrow chunks copied out through
+perfdoctor.load.arrow_c), with NULLs, text, blobs, floats and sparse rowids."""
+
+from __future__ import annotations
+
+import math
+import sqlite3
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from perfdoctor.errors import InputError
+from perfdoctor.load import sqlite_export
+from perfdoctor.load.sqlite_export import SMALL_TABLE_ROWS, SqliteExport
+
+COLUMNS = {"start": "start", "dur": "dur", "tid": "tid", "ratio": "ratio", "label": "label", "blob": "blob"}
+
+
+def _make(path: Path, rows: int, gap: int = 1) -> None:
+    """A table whose every column has something to get wrong: NULLs in integers, text and blobs (and
+    whole NULL stretches longer than one Arrow batch), non-ASCII text, floats, rowids with gaps."""
+    rng = np.random.default_rng(rows)
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE events (start INTEGER NOT NULL, dur INTEGER, tid INTEGER, ratio REAL, "
+                     "label TEXT, blob BLOB)")
+        data = []
+        for i in range(rows):
+            tid = None if 20_000 <= i < 45_000 or rng.random() < 0.05 else int(rng.integers(0, 2**40))
+            data.append((i * gap + 1, int(rng.integers(1, 10**6)), tid,
+                         None if i % 7 == 0 else float(rng.random()),
+                         None if i % 5 == 0 else f"kernel-{i % 13}-µ",
+                         None if i % 3 else bytes([i % 256, 0, 255])))
+        conn.executemany("INSERT INTO events (rowid, start, dur, tid, ratio, label, blob) "
+                         "VALUES (?, ?, ?, ?, ?, ?, ?)", [(r[0], *r) for r in data])
+
+
+def _same(got: np.ndarray, want: list) -> bool:
+    for g, w in zip(got.tolist(), want):
+        if w is None:
+            if not (g is None or (isinstance(g, float) and math.isnan(g))):
+                return False
+        elif g != w:
+            return False
+    return len(got) == len(want)
+
+
+@pytest.mark.parametrize("rows, gap, threads", [
+    (1_000, 1, 2),  # small: sqlite3
+    (SMALL_TABLE_ROWS + 10_001, 1, 1),  # large, one slice
+    (SMALL_TABLE_ROWS * 3 + 7, 1, 3),  # large, three slices on three threads
+    (SMALL_TABLE_ROWS + 5, 3, 2),  # sparse rowids
+])
+def test_reader_gives_every_value_as_sqlite3(tmp_path, monkeypatch, rows, gap, threads) -> None:
+    path = tmp_path / "t.sqlite"
+    _make(path, rows, gap)
+    monkeypatch.setattr(sqlite_export, "READ_THREADS", threads)
+    db = SqliteExport(path)
+    try:
+        table = db.read("events", COLUMNS)
+    finally:
+        db.close()
+    with sqlite3.connect(path) as conn:
+        want = conn.execute(f"SELECT {', '.join(COLUMNS)} FROM events").fetchall()
+    assert len(table) == rows
+    for i, name in enumerate(COLUMNS):
+        assert _same(table[name], [row[i] for row in want]), name
+    assert table["start"].dtype == np.int64 and table["dur"].dtype == np.int64  # no NULLs: still integers
+    assert table["tid"].dtype == np.float64  # NULLs: NaN
+    assert table["label"].dtype == object
+
+
+def test_large_read_needs_neither_pyarrow_nor_pandas(tmp_path) -> None:
+    path = tmp_path / "t.sqlite"
+    _make(path, SMALL_TABLE_ROWS + 100)
+    code = ("import sys; from pathlib import Path; from perfdoctor.load.sqlite_export import SqliteExport; "
+            f"t = SqliteExport(Path({str(path)!r})).read('events', {COLUMNS!r}); "
+            "assert len(t) > 50000; print(sorted(m for m in ('pyarrow', 'pandas') if m in sys.modules))")
+    import subprocess
+
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_a_large_read_that_fails_is_one_input_error(tmp_path, monkeypatch) -> None:
+    path = tmp_path / "t.sqlite"
+    _make(path, SMALL_TABLE_ROWS + 100)
+    monkeypatch.setattr(sqlite_export, "READ_THREADS", 2)
+    db = SqliteExport(path)
+    try:
+        with pytest.raises(InputError, match="without the column nope"):
+            db.read("events", {"start": "start", "x": "nope"})
+    finally:
+        db.close()
