@@ -2,9 +2,12 @@
 `perfdoctor analyze` needs from the kernel and runtime tables into numpy-ready columns, paired and
 alternating with the C-level scan of the same columns (benchmarks/timed.py's limit).
 
-Candidates: connectorx (SQLite → Arrow in Rust, what perfdoctor.load.sqlite_export uses), ADBC's SQLite
-driver (adbc-driver-sqlite, SQLite → Arrow in C, when installed) and Python's sqlite3 with ``fetchmany``
-into numpy. Run: ``python benchmarks/bench_readers.py FILE [--reps 5] [--json OUT]``.
+Candidates: perfdoctor's own reader (perfdoctor.load.sqlite_export: connectorx reads in Rust, its Arrow
+C structs are copied into numpy by perfdoctor.load.arrow_c, on one thread and in rowid slices on two);
+connectorx's public ``read_sql(..., return_type="arrow")`` through pyarrow and ADBC's SQLite driver
+(adbc-driver-sqlite, SQLite → Arrow in C), each when installed; and Python's sqlite3 with ``fetchmany``
+into numpy. Run: ``python benchmarks/bench_readers.py FILE [--reps 5] [--json OUT]`` with the python
+whose perfdoctor is to be measured (run_all: its fresh install of the wheel).
 """
 
 from __future__ import annotations
@@ -37,6 +40,18 @@ def scan(path: Path) -> None:
     conn.close()
 
 
+def perfdoctor_reader(threads: int):
+    def read(path: Path) -> None:
+        from perfdoctor.load import sqlite_export
+
+        sqlite_export.READ_THREADS = threads
+        db = sqlite_export.SqliteExport(path)
+        for t in TABLES:
+            db.read(t, {c: c for c in NEEDED_COLUMNS[t]})
+        db.close()
+    return read
+
+
 def connectorx_arrow(path: Path) -> None:
     import connectorx
 
@@ -67,14 +82,16 @@ def sqlite3_fetchmany(path: Path) -> None:
 
 
 def candidates() -> dict:
-    out = {"connectorx → Arrow": connectorx_arrow}
-    try:
-        import adbc_driver_sqlite.dbapi  # noqa: F401
-
-        out["ADBC sqlite → Arrow"] = adbc_arrow
-    except ImportError:
-        pass
-    out["sqlite3 fetchmany → numpy"] = sqlite3_fetchmany
+    out = {"perfdoctor (connectorx → Arrow C structs → numpy), 1 thread": perfdoctor_reader(1),
+           "perfdoctor, rowid slices on 2 threads (what analyze uses on 2 cores)": perfdoctor_reader(2)}
+    for name, module, reader in (("connectorx → pyarrow → numpy, 1 thread", "pyarrow", connectorx_arrow),
+                                 ("ADBC sqlite → pyarrow → numpy, 1 thread", "adbc_driver_sqlite.dbapi", adbc_arrow)):
+        try:
+            __import__(module)
+        except ImportError:
+            continue
+        out[name] = reader
+    out["sqlite3 fetchmany → numpy, 1 thread"] = sqlite3_fetchmany
     return out
 
 
@@ -106,8 +123,9 @@ def main() -> None:
             "title": "SQLite readers", "command": f"python benchmarks/bench_readers.py FILE --reps {args.reps}",
             "columns": ["reader", "read (median)", "C-level scan (median)", "ratio (median of pairs)"],
             "rows": rows,
-            "notes": "Kernel and runtime tables, the columns listed above, read into numpy-ready columns. The "
-                     "loader uses the fastest (perfdoctor/load/sqlite_export.py)."}))
+            "notes": "Kernel and runtime tables, the columns listed above, read into numpy columns. The C-level "
+                     "scan runs on one core; perfdoctor's loader reads a large table in rowid slices on as many "
+                     "threads as the process has cores (perfdoctor/load/sqlite_export.py)."}))
 
 
 if __name__ == "__main__":

@@ -47,12 +47,12 @@ class Sample:
         return int(statistics.median(self.rss))
 
 
-def run_once(argv: list[str], cwd: Path = ROOT) -> tuple[float, int, float | None]:
+def run_once(argv: list[str], cwd: Path = ROOT, env: dict[str, str] | None = None) -> tuple[float, int, float | None]:
     """Wall time, peak RSS and the child's own ``elapsed_s=`` report (None without one) of one child
     process; a failing command is an error, not a fast sample."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:  # files: a chatty child cannot block
         t0 = time.perf_counter()
-        proc = subprocess.Popen(argv, cwd=cwd, stdout=out, stderr=err)
+        proc = subprocess.Popen(argv, cwd=cwd, stdout=out, stderr=err, env=env)
         _, status, usage = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - t0
         proc.returncode = os.waitstatus_to_exitcode(status)
@@ -66,17 +66,19 @@ def run_once(argv: list[str], cwd: Path = ROOT) -> tuple[float, int, float | Non
     return wall, usage.ru_maxrss * 1024, work  # Linux reports KiB
 
 
-def paired(contenders: dict[str, list[str]], reps: int = 5, warmup: int = 1) -> dict[str, Sample]:
+def paired(contenders: dict[str, list[str]], reps: int = 5, warmup: int = 1,
+           env: dict[str, str] | None = None) -> dict[str, Sample]:
     """Run every contender ``reps`` times, alternating the order each round (ABBA…), after ``warmup``
-    unrecorded rounds that fill the page cache and the import caches for all of them alike."""
+    unrecorded rounds that fill the page cache and the import caches for all of them alike; ``env``:
+    the children's environment (default: this process's)."""
     samples = {name: Sample(argv) for name, argv in contenders.items()}
     names = list(contenders)
     for _ in range(warmup):
         for name in names:
-            run_once(contenders[name])
+            run_once(contenders[name], env=env)
     for i in range(reps):
         for name in (names if i % 2 == 0 else names[::-1]):
-            wall, rss, work = run_once(contenders[name])
+            wall, rss, work = run_once(contenders[name], env=env)
             samples[name].wall_s.append(wall)
             samples[name].rss.append(rss)
             if work is not None:
@@ -96,8 +98,11 @@ def difference(a: Sample, b: Sample) -> float:
     return statistics.median(x - y for x, y in zip(a.wall_s, b.wall_s))
 
 
-def perfdoctor(*args: str) -> list[str]:
-    """``perfdoctor ARGS`` from this checkout (``python -m`` from the repository root, as the tests run it)."""
+def perfdoctor(*args: str, bin_dir: Path | None = None) -> list[str]:
+    """``perfdoctor ARGS``: the console script of the environment ``bin_dir`` (run_all's fresh install of
+    this checkout's wheel), or without one this checkout through ``python -m`` from the repository root."""
+    if bin_dir is not None:
+        return [str(bin_dir / "perfdoctor"), *args]
     return [sys.executable, "-m", "perfdoctor", *args]
 
 

@@ -1,8 +1,11 @@
 """Run every benchmark as paired, alternating measurements against its limit and write docs/benchmarks.md.
 
 Run: ``python benchmarks/run_all.py [--reps 5] [--quick] [--out docs/benchmarks.md]``
-(``--quick`` skips the 3,000,000-kernel case). Each case times perfdoctor and its limit in the same run,
-alternating (benchmarks/paired.py), and reports medians and the median of the per-round ratios:
+(``--quick`` skips the 3,000,000-kernel case). What is measured is the package as a user installs it:
+the checkout's wheel, built and installed into a fresh virtual environment (bytecode compiled, the rule
+catalog prebuilt; its dependencies are this interpreter's). Each case times perfdoctor and its limit in
+the same run, alternating (benchmarks/paired.py), and reports medians and the median of the per-round
+ratios:
 
 * **start-up**: ``perfdoctor analyze`` of a real 2-GPU export vs ``python -c pass``;
 * **N kernels** (100k, 1M, 3M of benchmarks/make_big_trace.py): the analysis (benchmarks/timed.py, timed
@@ -25,7 +28,6 @@ fresh paired measurement is more than twice it (a gross regression, not noise).
 from __future__ import annotations
 
 import argparse
-import compileall
 import json
 import shutil
 import subprocess
@@ -51,9 +53,22 @@ TARGET_STARTUP_S = 0.3
 MB = 10**6
 
 
-def timed(what: str, path: Path) -> list[str]:
-    """benchmarks/timed.py: the work on the file timed inside its own process, after the imports."""
-    return [sys.executable, str(ROOT / "benchmarks" / "timed.py"), what, str(path)]
+def timed(what: str, path: Path, python: Path | str = sys.executable) -> list[str]:
+    """benchmarks/timed.py: the work on the file timed inside its own process, after the imports, by
+    ``python`` with the perfdoctor it imports (run_all: the installed wheel's)."""
+    return [str(python), str(ROOT / "benchmarks" / "timed.py"), what, str(path)]
+
+
+def install_wheel(tmp: Path) -> Path:
+    """This checkout's wheel installed into a fresh virtual environment that sees this interpreter's
+    packages (its dependencies); returns the environment's bin directory."""
+    wheels, venv = tmp / "wheel", tmp / "venv"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
+                    str(wheels), str(ROOT)], check=True)
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
+    (wheel,) = wheels.glob("perfdoctor-*.whl")
+    subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--no-deps", "-q", str(wheel)], check=True)
+    return venv / "bin"
 
 
 def nsys_stats_command(path: Path) -> list[str] | None:
@@ -69,17 +84,18 @@ def nsys_version() -> str:
     return out.rsplit(" ", 1)[-1] if out else "unknown"
 
 
-def startup_case(reps: int) -> dict:
-    s = paired({"perfdoctor": perfdoctor("analyze", str(SMALL_EXPORT)), "python": [sys.executable, "-c", "pass"]},
-               reps)
+def startup_case(reps: int, bin_dir: Path) -> dict:
+    s = paired({"perfdoctor": perfdoctor("analyze", str(SMALL_EXPORT), bin_dir=bin_dir),
+                "python": [str(bin_dir / "python"), "-c", "pass"]}, reps)
     return {"perfdoctor_s": s["perfdoctor"].median_s, "python_s": s["python"].median_s,
             "difference_s": difference(s["perfdoctor"], s["python"]), "ratio": ratio(s["perfdoctor"], s["python"]),
             "perfdoctor_rss": s["perfdoctor"].median_rss}
 
 
-def kernels_case(path: Path, reps: int, with_nsys: bool = True) -> dict:
-    contenders = {"analyze": timed("analyze", path), "scan": timed("scan", path),
-                  "cli": perfdoctor("analyze", str(path))}
+def kernels_case(path: Path, reps: int, bin_dir: Path, with_nsys: bool = True) -> dict:
+    python = bin_dir / "python"
+    contenders = {"analyze": timed("analyze", path, python), "scan": timed("scan", path, python),
+                  "cli": perfdoctor("analyze", str(path), bin_dir=bin_dir)}
     stats = nsys_stats_command(path) if with_nsys else None
     if stats:
         contenders["nsys"] = stats
@@ -93,22 +109,22 @@ def kernels_case(path: Path, reps: int, with_nsys: bool = True) -> dict:
     return out
 
 
-def html_case(path: Path, reps: int, tmp: Path) -> dict:
+def html_case(path: Path, reps: int, tmp: Path, bin_dir: Path) -> dict:
     page = tmp / "report.html"
-    s = paired({"html": perfdoctor("analyze", str(path), "--html", str(page)),
-                "plain": perfdoctor("analyze", str(path))}, reps)
+    s = paired({"html": perfdoctor("analyze", str(path), "--html", str(page), bin_dir=bin_dir),
+                "plain": perfdoctor("analyze", str(path), bin_dir=bin_dir)}, reps)
     return {"html_s": s["html"].median_s, "plain_s": s["plain"].median_s, "ratio": ratio(s["html"], s["plain"]),
             "render_s": difference(s["html"], s["plain"]), "html_rss": s["html"].median_rss,
             "page_bytes": page.stat().st_size}
 
 
-def script_result(script: str, tmp: Path, *args: str) -> dict:
+def script_result(script: str, tmp: Path, *args: str, python: Path | str = sys.executable) -> dict:
     """The JSON result of ``python benchmarks/<script> [ARGS] --json FILE`` (see the module docstring)."""
     path = ROOT / "benchmarks" / script
     if not path.exists():
         return {"missing": f"benchmarks/{script} is not in this checkout"}
     result = tmp / f"{path.stem}.json"
-    proc = subprocess.run([sys.executable, str(path), *args, "--json", str(result)], cwd=ROOT, capture_output=True,
+    proc = subprocess.run([str(python), str(path), *args, "--json", str(result)], cwd=ROOT, capture_output=True,
                           text=True)
     if proc.returncode != 0 or not result.exists():
         tail = (proc.stderr.strip().splitlines() or ["no result written"])[-1]
@@ -124,27 +140,27 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "benchmarks.md")
     ap.add_argument("--json", type=Path, help="also write the raw results here")
     args = ap.parse_args()
-    # An installed wheel has its bytecode; a checkout may not (PYTHONDONTWRITEBYTECODE): compile it once so
-    # start-up is not measured with every module compiled again in every run.
-    compileall.compile_dir(ROOT / "perfdoctor", quiet=1)
     started = time.time()
     results: dict = {"machine": machine(), "nsys": nsys_version(), "reps": args.reps}
     sizes = [int(n) for n in args.sizes.split(",") if not (args.quick and int(n) > 1_000_000)]
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
+        print("installing the wheel ...", flush=True)
+        bin_dir = install_wheel(tmp)
         print("start-up ...", flush=True)
-        results["startup"] = startup_case(args.reps)
+        results["startup"] = startup_case(args.reps, bin_dir)
         results["kernels"] = {}
         for n in sizes:
             path = tmp / f"kernels_{n}.sqlite"
             write(path, n)
             print(f"{n:,} kernels ...", flush=True)
-            results["kernels"][str(n)] = kernels_case(path, args.reps)
+            results["kernels"][str(n)] = kernels_case(path, args.reps, bin_dir)
             if n == 1_000_000:
                 print("HTML ...", flush=True)
-                results["html"] = html_case(path, args.reps, tmp)
+                results["html"] = html_case(path, args.reps, tmp, bin_dir)
                 print("readers ...", flush=True)
-                results["readers"] = script_result("bench_readers.py", tmp, str(path), "--reps", str(args.reps))
+                results["readers"] = script_result("bench_readers.py", tmp, str(path), "--reps", str(args.reps),
+                                                   python=bin_dir / "python")
             path.unlink()
         results["external"] = {}
         for title, script in EXTERNAL:

@@ -5,7 +5,9 @@
 number is the work on the file and start-up is measured separately (the start-up case).
 ``python benchmarks/timed.py scan FILE``: the limit, SQLite's C code summing every needed column
 (``SELECT total(col), …``: each value is read once and no Python object is made per row).
-Peak RSS is the whole process's either way (run_all reads it with ``os.wait4``).
+Peak RSS is the whole process's either way (run_all reads it with ``os.wait4``). The perfdoctor timed is
+the one the interpreter imports: run_all runs this with the python of its fresh install of the wheel,
+the CI guard (tests/test_benchmark_guard.py) with the one the test suite imported.
 """
 
 from __future__ import annotations
@@ -15,8 +17,6 @@ import sqlite3
 import sys
 import time
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's perfdoctor
 
 # The columns `perfdoctor analyze` needs: timing, placement and identity of every kernel, CUDA call and
 # NVTX event, and the string ids that name them (not grid/block sizes, payloads or per-row names).

@@ -22,7 +22,7 @@ from perfdoctor.load.discover import discover, discover_snapshots
 from perfdoctor.load.labels import config_mark, rank_mark
 from perfdoctor.load.run import assign_ranks, attach_snapshots, load_trace, merge_config
 from perfdoctor.load.run_identity import check_one_run, last_event_ns
-from perfdoctor.measure.activity import activity
+from perfdoctor.measure.activity import activity, group_comm
 from perfdoctor.measure.breakdown import activity_window, summarize
 from perfdoctor.measure.collectives import Collectives, collectives
 from perfdoctor.measure.excerpt import excerpt
@@ -209,14 +209,15 @@ def analyze_timeline(tl: Timeline, config: dict[str, Any], excerpts: bool) -> Ra
     if steps is None:
         return result
     result.excerpt = excerpt(tl, kcls, act, steps, groups, config) if excerpts else None
-    result.series = step_series(tl.kernels, act, steps, groups)
+    by_group = group_comm(tl.kernels, act, groups.codes, len(GROUPS))
+    result.series = step_series(tl.kernels, act, steps, groups, by_group)
     gaps = host_gaps(tl, steps, act.busy) if tl.device_id is not None and len(steps) else None
-    result.metrics, device.evidence = timeline_metrics(tl, kcls, act, steps, groups, gaps, config)
+    result.metrics, device.evidence = timeline_metrics(tl, kcls, act, steps, groups, by_group, gaps, config)
     result.metrics |= graph_metrics(tl, steps)
     if (work := kernel_work(tl.kernels, kcls, steps)) is not None:
         device.evidence["work"] = work
     if gaps is not None:
-        result.collectives = collectives(tl, act, steps, groups, gaps)
+        result.collectives = collectives(tl, act, steps, groups, by_group, gaps)
     return result
 
 

@@ -206,7 +206,8 @@ def factorize(values: np.ndarray, *, sort: bool = False, keep_missing: bool = Fa
                 present[shifted] = True
                 distinct = np.flatnonzero(present)
                 code_of = np.cumsum(present, dtype=np.int64) - 1
-                return code_of[shifted], (distinct.astype(numbers.dtype) + numbers.min()).astype(values.dtype)  # wraps exactly
+                # In the values' own type, wrapping around exactly as the shift did.
+                return code_of[shifted], (distinct.astype(numbers.dtype) + numbers.min()).astype(values.dtype)
             first = np.full(hi - lo + 1, n, dtype=np.int64)
             np.minimum.at(first, shifted, np.arange(n))
             distinct = np.flatnonzero(first < n)

@@ -7,6 +7,7 @@ peer copies; busy is everything the device ran (kernels, copies, fills) — DESI
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -23,6 +24,39 @@ class Activity:
     busy: iv.Intervals
     compute: iv.Intervals
     comm: iv.Intervals
+
+    @cached_property
+    def exposed_comm(self) -> iv.Intervals:
+        """Communication no compute hides (comm − compute), once: several measurements quote it."""
+        return iv.subtract(self.comm, self.compute)
+
+
+@dataclass(frozen=True)
+class GroupComm:
+    """Per parallel group (by index into ``perfdoctor.classify.groups.GROUPS``): the union of its
+    labelled comm kernels, and the part of that no compute hides; empty for a group without kernels.
+    Computed once per timeline (:func:`group_comm`): the metrics, the per-step series and the
+    collectives each need every group's sets."""
+
+    kernels: tuple[int, ...]  # labelled kernels per group
+    busy: tuple[iv.Intervals, ...]
+    exposed: tuple[iv.Intervals, ...]
+
+
+def group_comm(kernels: Table, act: Activity, codes: np.ndarray, groups: int) -> GroupComm:
+    """The sets of each of ``groups`` groups, from the kernels' group ``codes`` (−1: unlabelled)."""
+    start, end = kernels.col("start"), kernels.col("end")
+    counts = np.bincount(codes[codes >= 0].astype(np.int64), minlength=groups)
+    busy, exposed = [], []
+    for g in range(groups):
+        if counts[g]:
+            mine = codes == g
+            busy.append(iv.union(start[mine], end[mine]))
+            exposed.append(iv.subtract(busy[-1], act.compute))
+        else:
+            busy.append(iv.EMPTY)
+            exposed.append(iv.EMPTY)
+    return GroupComm(tuple(int(c) for c in counts), tuple(busy), tuple(exposed))
 
 
 def gpu_activity(tl: Timeline) -> tuple[np.ndarray, np.ndarray]:

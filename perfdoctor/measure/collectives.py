@@ -24,7 +24,7 @@ from perfdoctor.classify.communicators import communicators
 from perfdoctor.classify.groups import GROUPS, GroupLabels
 from perfdoctor.measure import grouped
 from perfdoctor.measure import intervals as iv
-from perfdoctor.measure.activity import Activity
+from perfdoctor.measure.activity import Activity, GroupComm
 from perfdoctor.measure.host import CAUSES, HostGaps
 from perfdoctor.measure.steps import Steps
 from perfdoctor.model import Timeline
@@ -60,7 +60,8 @@ class Collectives:
         return int(self.start.size)
 
 
-def collectives(tl: Timeline, act: Activity, steps: Steps, groups: GroupLabels, gaps: HostGaps) -> Collectives:
+def collectives(tl: Timeline, act: Activity, steps: Steps, groups: GroupLabels, by_group: GroupComm,
+                gaps: HostGaps) -> Collectives:
     """The collective instances of ``tl`` with their context (see the module docstring)."""
     k = tl.kernels
     k_start, k_end = k.col("start"), k.col("end")
@@ -91,10 +92,8 @@ def collectives(tl: Timeline, act: Activity, steps: Steps, groups: GroupLabels, 
     others = {}
     exposed = {}
     for g in np.unique(group):
-        mine = groups.codes == g
-        g_set = iv.union(k_start[mine], k_end[mine])
-        exposed[GROUPS[g]] = iv.subtract(g_set, act.compute)
-        others[g] = iv.subtract(act.comm, g_set)
+        exposed[GROUPS[g]] = by_group.exposed[g]
+        others[g] = iv.subtract(act.comm, by_group.busy[g])
     other_comm = np.zeros(start.size, dtype=np.int64)
     for g, rest in others.items():
         mine = group == g

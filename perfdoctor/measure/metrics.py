@@ -14,7 +14,7 @@ import numpy as np
 from perfdoctor.classify.groups import GROUPS, GroupLabels, decode
 from perfdoctor.classify.timeline import category_mask
 from perfdoctor.measure import intervals as iv
-from perfdoctor.measure.activity import Activity
+from perfdoctor.measure.activity import Activity, GroupComm
 from perfdoctor.measure.comm_stats import comm_stats
 from perfdoctor.measure.host import CAUSES, HostGaps, launch_stats
 from perfdoctor.measure.kernel_mix import FAMILIES, UNFUSED_KINDS, kernel_mix
@@ -58,11 +58,13 @@ NS_PER_MS = 1e6
 
 
 def timeline_metrics(tl: Timeline, kcls: Table, act: Activity, steps: Steps, groups: GroupLabels,
-                     gaps: HostGaps | None, config: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+                     by_group: GroupComm, gaps: HostGaps | None,
+                     config: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """Metrics of one timeline that the measurements can support (the rest stay ``None``), and the
     evidence behind them: per topic, the kernels, groups and environment values a finding quotes.
-    ``gaps`` are the host gaps of the steps (:func:`perfdoctor.measure.host.host_gaps`, which the
-    collectives need too), ``None`` where nothing ran on a GPU.
+    ``by_group`` are the comm sets of each parallel group and ``gaps`` the host gaps of the steps
+    (:func:`perfdoctor.measure.host.host_gaps`), both shared with other measurements; ``gaps`` is
+    ``None`` where nothing ran on a GPU.
 
     Per-group communication metrics need group labels: without any (a plain capture, before the
     heuristics of the group classifier apply) they stay ``None`` rather than report zeros.
@@ -90,7 +92,7 @@ def timeline_metrics(tl: Timeline, kcls: Table, act: Activity, steps: Steps, gro
     out["compute.fraction"] = _median(compute_ns / safe)
     out["compute.time_ms"] = _median(compute_ns) / NS_PER_MS
     out["comm.time_ms"] = _median(per_step(comm)) / NS_PER_MS
-    exposed = per_step(iv.subtract(comm, compute))
+    exposed = per_step(act.exposed_comm)
     out["comm.exposed_ms"] = _median(exposed) / NS_PER_MS
     out["comm.exposed_fraction"] = _median(exposed / safe)
     out["kernels.gemm_fraction"] = _median(per_step(iv.union(k.col("start")[gemm],
@@ -113,9 +115,8 @@ def timeline_metrics(tl: Timeline, kcls: Table, act: Activity, steps: Steps, gro
     exposed_by_group = {}
     if groups.any_labelled:
         for i, g in enumerate(GROUPS):
-            mine = groups.codes == i
-            g_set = iv.union(k.col("start")[mine], k.col("end")[mine])
-            exposed_by_group[g] = iv.subtract(g_set, compute)
+            g_set = by_group.busy[i]
+            exposed_by_group[g] = by_group.exposed[i]
             g_exposed = per_step(exposed_by_group[g])
             out[f"comm.{g}.time_ms"] = _median(per_step(g_set)) / NS_PER_MS
             out[f"comm.{g}.exposed_ms"] = _median(g_exposed) / NS_PER_MS

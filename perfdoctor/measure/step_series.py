@@ -12,15 +12,17 @@ import numpy as np
 
 from perfdoctor.classify.groups import GROUPS, GroupLabels
 from perfdoctor.measure import intervals as iv
-from perfdoctor.measure.activity import Activity
+from perfdoctor.measure.activity import Activity, GroupComm
 from perfdoctor.measure.steps import Steps
 from perfdoctor.table import Table
 
 NS_PER_MS = 1e6
 
 
-def step_series(kernels: Table, act: Activity, steps: Steps, groups: GroupLabels) -> dict[str, list[float]]:
-    """Per step (in step order), ms of step time, exposed comm (all and per labelled group) and device idle."""
+def step_series(kernels: Table, act: Activity, steps: Steps, groups: GroupLabels,
+                by_group: GroupComm) -> dict[str, list[float]]:
+    """Per step (in step order), ms of step time, exposed comm (all and per labelled group, ``by_group``
+    their sets) and device idle."""
     if not len(steps):
         return {}
 
@@ -32,13 +34,11 @@ def step_series(kernels: Table, act: Activity, steps: Steps, groups: GroupLabels
     out = {"step.time_ms": [round(float(x), 6) for x in durations]}
     if not len(kernels):
         return out
-    out["comm.exposed_ms"] = per_step(iv.subtract(act.comm, act.compute))
+    out["comm.exposed_ms"] = per_step(act.exposed_comm)
     busy = np.asarray(per_step(act.busy))
     out["host.idle_ms"] = [round(float(x), 6) for x in np.maximum(durations - busy, 0.0)]
     if groups.any_labelled:
-        start, end = kernels.col("start"), kernels.col("end")
         for i, g in enumerate(GROUPS):
-            mine = groups.codes == i
-            if mine.any():
-                out[f"comm.{g}.exposed_ms"] = per_step(iv.subtract(iv.union(start[mine], end[mine]), act.compute))
+            if by_group.kernels[i]:
+                out[f"comm.{g}.exposed_ms"] = per_step(by_group.exposed[i])
     return out
