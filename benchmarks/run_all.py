@@ -67,7 +67,8 @@ def install_wheel(tmp: Path) -> Path:
                     str(wheels), str(ROOT)], check=True)
     subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
     (wheel,) = wheels.glob("perfdoctor-*.whl")
-    subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--no-deps", "-q", str(wheel)], check=True)
+    subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "install", "--no-deps", "--force-reinstall", "-q",
+                    str(wheel)], check=True)
     return venv / "bin"
 
 

@@ -32,8 +32,10 @@ def analyze(path: Path) -> float:
     from rich.console import Console
 
     from perfdoctor import api
+    from perfdoctor.heap import keep_freed_memory
     from perfdoctor.render.terminal import render_terminal
 
+    keep_freed_memory()  # as `perfdoctor analyze` does
     t0 = time.perf_counter()
     report = api.analyze([path], timeline_excerpts=False)
     render_terminal(report, Console(file=io.StringIO(), width=120))

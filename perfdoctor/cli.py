@@ -131,8 +131,11 @@ def analyze(paths: tuple[Path, ...], output_format: str, output: Path | None, tp
             dask: str | None, sample: int | None) -> None:
     """Measure where each GPU's time goes and print the breakdown."""
     from perfdoctor import api
+    from perfdoctor.heap import keep_freed_memory
     from perfdoctor.load.config_file import user_config
     from perfdoctor.render.terminal import analysis_progress
+
+    keep_freed_memory()
 
     check_outputs({"--output": output, "--html": html, "--markdown": markdown},
                   [*paths, *rules, *([config_file] if config_file else [])])
@@ -225,7 +228,10 @@ def diff(base: Path, head: Path, output_format: str, output: Path | None, html: 
          plotly_js: str, fail_on_regression: float | None, config_file: Path | None, allow_mixed: bool) -> None:
     """Compare two runs: per-metric deltas against noise, new / resolved / changed findings."""
     from perfdoctor import api
+    from perfdoctor.heap import keep_freed_memory
     from perfdoctor.load.config_file import user_config
+
+    keep_freed_memory()
 
     if fail_on_regression is not None and fail_on_regression < 0:
         raise UsageError("--fail-on-regression must be a percentage >= 0")

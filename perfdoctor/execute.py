@@ -84,9 +84,11 @@ def _one_core() -> None:
     """Pool worker set-up: every core runs a worker, so a table is read by one thread (measured on 64
     ranks with 2 workers: 4.8 s with a second reading thread, 5.0 s without, within the noise, and 407
     against 384 MiB)."""
+    from perfdoctor.heap import keep_freed_memory
     from perfdoctor.load import sqlite_export
 
     sqlite_export.READ_THREADS = 1
+    keep_freed_memory()  # as the command that started the pool (a forked worker has it already)
 
 
 def _context() -> multiprocessing.context.BaseContext:

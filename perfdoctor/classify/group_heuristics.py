@@ -25,8 +25,8 @@ from typing import Any
 import numpy as np
 
 from perfdoctor.classify.kernels import classify_kernel
-from perfdoctor.classify.timeline import category_mask, class_codes
-from perfdoctor.table import Table, factorize
+from perfdoctor.classify.timeline import category_mask
+from perfdoctor.table import Strings, Table, factorize
 
 CANDIDATES = ("dp", "tp", "cp", "pp", "ep")
 CONFIDENCE = ("low", "medium", "high")
@@ -46,6 +46,7 @@ ULYSSES_SHARE = 0.25
 OTHER, GEMM, ATTENTION, OPTIMIZER, MOE = 0, 1, 2, 3, 4
 COMM, TRANSPARENT = -1, -2
 _KIND_CODES = {"moe": MOE, "cast_transpose": TRANSPARENT, "fp8_scaling": TRANSPARENT}
+_CATEGORY_CODES = {"gemm": GEMM, "attention": ATTENTION, "optimizer": OPTIMIZER, "comm": COMM}
 _NONE = np.iinfo(np.int64).max // 4  # distance to a neighbour that does not exist
 
 # Evidence scores (higher wins); a baseline is what a collective type is when nothing else is known.
@@ -66,8 +67,7 @@ def heuristic_groups(kernels: Table, kcls: Table, config: dict[str, Any],
     if not todo.any():
         return group, confidence
     codes = _codes(kernels, kcls)
-    coll_codes, colls = class_codes(kcls)["collective"]
-    collective = np.array(colls, dtype=object)[coll_codes[idx]]
+    collective = kcls["collective"][idx]  # dictionary-encoded: a mask per collective type is a lookup
     scores = _scores(_neighbours(kernels, codes, idx), collective)
     sizes = group_sizes(config)
     ruled_out = np.array([sizes[g] is not None and sizes[g] <= 1 for g in CANDIDATES])
@@ -77,7 +77,7 @@ def heuristic_groups(kernels: Table, kcls: Table, config: dict[str, Any],
     strong = scores.max(axis=1) >= STRONG
     _ulysses(kernels.col("stream")[idx], collective, winner, strong, ruled_out)
     conf = np.zeros(idx.size, dtype=np.int64)  # index into CONFIDENCE
-    _per_stream(kernels, comm, idx, known, winner, conf)
+    _per_stream(kernels, idx, known, winner, conf)
     confirmed = np.array([sizes[g] is not None and sizes[g] > 1 for g in CANDIDATES])
     bump = (winner >= 0) & confirmed[np.maximum(winner, 0)]
     conf = np.minimum(conf + bump, len(CONFIDENCE) - 1)
@@ -103,11 +103,9 @@ def group_sizes(config: dict[str, Any]) -> dict[str, int | None]:
 
 def _codes(kernels: Table, kcls: Table) -> np.ndarray:
     """Compute-kernel code of every kernel; the taxonomy's ``kind`` is looked up once per distinct name."""
-    codes = np.full(len(kernels), OTHER, dtype=np.int64)
-    codes[category_mask(kcls, "gemm")] = GEMM
-    codes[category_mask(kcls, "attention")] = ATTENTION
-    codes[category_mask(kcls, "optimizer")] = OPTIMIZER
-    codes[category_mask(kcls, "comm")] = COMM
+    category = kcls["category"]  # a code per distinct category, then one lookup per kernel
+    by_category = np.array([_CATEGORY_CODES.get(v, OTHER) for v in category.values] + [OTHER], dtype=np.int64)
+    codes = by_category[category.codes]
     names = kernels["short_name"]  # each distinct name classified once: no work per million kernels
     kind_code = np.array([_KIND_CODES.get(classify_kernel(str(s)).kind, OTHER) for s in names.values]
                          + [OTHER], dtype=np.int64)
@@ -163,16 +161,16 @@ def _distance_prev(at: np.ndarray, i: np.ndarray) -> np.ndarray:
     return np.where(ok, i - at[np.maximum(j, 0)] if at.size else 0, _NONE)
 
 
-def _scores(nb: dict[str, np.ndarray], collective: np.ndarray) -> np.ndarray:
+def _scores(nb: dict[str, np.ndarray], collective: Strings) -> np.ndarray:
     """Evidence per comm kernel (rows) for each group of ``CANDIDATES`` (columns); §6.3 as numbers."""
-    p2p = np.isin(collective, ("send_recv", "all_to_all"))
+    p2p = collective.mask("send_recv", "all_to_all")
     inside_attention = (nb["attention_prev"] == 0) & (nb["attention_next"] == 0)
     near_attention = (nb["attention_prev"] <= NEAR) | (nb["attention_next"] <= NEAR)
     near_moe = (nb["moe_prev"] <= NEAR) | (nb["moe_next"] <= NEAR)
-    feeds_gemm = np.where(collective == "all_gather", nb["gemm_next"] == 0,
-                          np.isin(collective, ("reduce_scatter", "all_reduce")) & (nb["gemm_prev"] == 0))
+    feeds_gemm = np.where(collective.mask("all_gather"), nb["gemm_next"] == 0,
+                          collective.mask("reduce_scatter", "all_reduce") & (nb["gemm_prev"] == 0))
     beside_gemm = (nb["gemm_prev"] == 0) | (nb["gemm_next"] == 0)
-    s = np.zeros((collective.size, len(CANDIDATES)))
+    s = np.zeros((len(collective), len(CANDIDATES)))
     dp, tp, cp, pp, ep = (CANDIDATES.index(g) for g in ("dp", "tp", "cp", "pp", "ep"))
     # Collectives: TP when they feed or drain a GEMM, CP between attention kernels, DP beside the
     # optimizer, and DP by default (buckets launched as gradients become ready).
@@ -186,30 +184,31 @@ def _scores(nb: dict[str, np.ndarray], collective: np.ndarray) -> np.ndarray:
     return s
 
 
-def _ulysses(stream: np.ndarray, collective: np.ndarray, winner: np.ndarray, strong: np.ndarray,
+def _ulysses(stream: np.ndarray, collective: Strings, winner: np.ndarray, strong: np.ndarray,
              ruled_out: np.ndarray) -> None:
     """SendRecvs without neighbours on a stream whose SendRecvs often sit beside attention are the
     other half of an all-to-all pair around attention (CP), not pipeline transfers; in place."""
     cp, pp = CANDIDATES.index("cp"), CANDIDATES.index("pp")
     if ruled_out[cp]:
         return
-    p2p = np.isin(collective, ("send_recv", "all_to_all"))
+    p2p = collective.mask("send_recv", "all_to_all")
     for s in np.unique(stream[p2p]):
         mine = p2p & (stream == s)
         if np.mean((winner[mine] == cp) & strong[mine]) >= ULYSSES_SHARE:
             winner[mine & (winner == pp) & ~strong] = cp
 
 
-def _per_stream(kernels: Table, comm: np.ndarray, idx: np.ndarray, known: np.ndarray,
+def _per_stream(kernels: Table, idx: np.ndarray, known: np.ndarray,
                 winner: np.ndarray, conf: np.ndarray) -> None:
     """One label per process-group stream (in place): the NVTX label its other kernels carry, else
     the duration-weighted vote of its kernels; medium confidence when the vote is near unanimous."""
     stream = kernels.col("stream")
     inverse, streams = factorize(stream)
-    share = np.bincount(inverse, weights=comm.astype(np.float64)) / np.bincount(inverse)
-    dur = (kernels.col("end") - kernels.col("start")).astype(np.float64)[idx]
+    of_comm = inverse[idx]  # the stream of each comm kernel
+    share = np.bincount(of_comm, minlength=streams.size) / np.bincount(inverse, minlength=streams.size)
+    dur = (kernels.col("end")[idx] - kernels.col("start")[idx]).astype(np.float64)
     for k in np.flatnonzero(share >= COMM_STREAM_SHARE):
-        mine = inverse[idx] == k
+        mine = of_comm == k
         labelled = [int(g) for g in np.unique(known[idx[mine]]) if 0 <= g < len(CANDIDATES)]
         if len(labelled) == 1:
             winner[mine] = labelled[0]

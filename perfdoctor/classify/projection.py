@@ -33,25 +33,27 @@ def launch_calls(ops: Table, api: Table) -> tuple[np.ndarray, np.ndarray, np.nda
 def calls_of(corr: np.ndarray, api: Table) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``launch_calls`` for bare correlation ids."""
     n = corr.size
-    start = np.full(n, -1, dtype=np.int64)
-    end = np.full(n, -1, dtype=np.int64)
-    tid = np.full(n, -1, dtype=np.int64)
     if not n or not len(api):
-        return start, end, tid
+        return tuple(np.full(n, -1, dtype=np.int64) for _ in range(3))  # type: ignore[return-value]
     rows, hit = _rows_of(api, corr)
-    start[hit] = api.col("start")[rows]
-    end[hit] = api.col("end")[rows]
-    tid[hit] = api.col("tid")[rows]
-    return start, end, tid
+    if rows.size == n:  # every op found its call (the usual case): the gathers are the answer
+        return api.col("start")[rows], api.col("end")[rows], api.col("tid")[rows]
+    out = []
+    for column in ("start", "end", "tid"):
+        values = np.full(n, -1, dtype=np.int64)
+        values[hit] = api.col(column)[rows]
+        out.append(values)
+    return out[0], out[1], out[2]
 
 
 def _rows_of(api: Table, want: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Row of ``api`` holding each correlation id of ``want`` (for the ``hit`` ones; ids <= 0 never match)."""
     table = _lookup_table(api)
     if table is not None:
-        looked = table[np.where((want > 0) & (want < table.size), want, 0)]
-        hit = (looked >= 0) & (want > 0)
-        return looked[hit], hit
+        inside = want.size and want.min() > 0 and want.max() < table.size
+        looked = table[want] if inside else table[np.where((want > 0) & (want < table.size), want, 0)]
+        hit = looked >= 0 if inside else (looked >= 0) & (want > 0)
+        return (looked if hit.all() else looked[hit]), hit
     corr = api.col("correlation_id")
     order = np.arange(corr.size) if np.all(corr[1:] >= corr[:-1]) else np.argsort(corr, kind="stable")
     sorted_corr = corr[order]

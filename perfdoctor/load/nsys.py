@@ -324,7 +324,8 @@ def _names(ids: np.ndarray, strings: StringIds, clean: re.Pattern[str] | None = 
 
     String ids are small dense integers, so a lookup table maps them to codes in O(n) without sorting.
     """
-    ids = np.where(ids < 0, 0, ids)
+    if ids.size and ids.min() < 0:
+        ids = np.where(ids < 0, 0, ids)
     present = np.zeros(int(ids.max(initial=0)) + 1, dtype=bool)
     present[ids] = True
     uniq = np.flatnonzero(present)
