@@ -1,16 +1,17 @@
 """glibc's allocator set up for an analysis: many short-lived arrays of megabytes, freed and made again.
 
 By default glibc serves each allocation above a threshold (128 kB, raised on the fly up to 32 MB) with
-its own ``mmap`` and unmaps it when freed, and gives the top of its heap back to the kernel past a
-trim threshold. An analysis of a million kernels makes hundreds of temporary arrays of 8 MB: under the
-defaults most are fresh pages, each faulted in and zeroed by the kernel, and every unmap in a process
-with reading threads costs a TLB shoot-down on every core. Fixing the mmap threshold at its ceiling
-(32 MB: larger arrays are still mapped on their own) and trimming only past 1 GiB keeps freed arrays'
-pages in the heap for the next ones. Measured on a 1M-kernel export (``perfdoctor analyze``'s work,
-benchmarks/timed.py, medians of 11 alternating pairs on 2 cores): 0.61 s against 0.72-0.80 s, with
-42k instead of 71k page faults and peak RSS 432 MB instead of 342 MB. Set by the commands that analyse
-traces (and their pool workers), never by importing perfdoctor: a library must not retune its host
-process's allocator.
+its own ``mmap`` and unmaps it when freed, gives the top of its heap back to the kernel past a trim
+threshold, and gives each new thread an arena of its own. An analysis of a million kernels makes
+hundreds of temporary arrays of 8 MB, and the SQLite reading threads fill Arrow buffers that are freed
+as soon as they are copied out: under the defaults most arrays are fresh pages, each faulted in and
+zeroed by the kernel, while the memory the reading threads freed sits in their arenas, out of the main
+thread's reach. So: the mmap threshold is fixed at its ceiling (32 MB; larger arrays are still mapped
+on their own), the heap is trimmed only past 1 GiB, and every thread shares one arena. Measured on a
+1M-kernel export (``perfdoctor analyze``'s work, benchmarks/timed.py, medians of 11 alternating pairs on
+2 cores): the thresholds took 0.72-0.80 s to 0.61 s (71k page faults to 42k; peak RSS 342 to 432 MB),
+one arena a further 7-12 % (34k page faults). Set by the commands that analyse traces (and their pool
+workers), never by importing perfdoctor: a library must not retune its host process's allocator.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import sys
 
 M_TRIM_THRESHOLD = -1  # glibc's mallopt parameter numbers (malloc.h)
 M_MMAP_THRESHOLD = -3
+M_ARENA_MAX = -8
 TRIM_ABOVE = 1 << 30
 MMAP_ABOVE = 32 << 20  # glibc's largest allowed mmap threshold on 64-bit (4 * 1024 * 1024 * sizeof(long))
 
@@ -34,4 +36,4 @@ def keep_freed_memory() -> bool:
     except (OSError, AttributeError):
         return False
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    return bool(mallopt(M_TRIM_THRESHOLD, TRIM_ABOVE)) & bool(mallopt(M_MMAP_THRESHOLD, MMAP_ABOVE))
+    return all([mallopt(M_TRIM_THRESHOLD, TRIM_ABOVE), mallopt(M_MMAP_THRESHOLD, MMAP_ABOVE), mallopt(M_ARENA_MAX, 1)])

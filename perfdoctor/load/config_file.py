@@ -21,8 +21,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from perfdoctor.errors import InputError
 
 MAX_BYTES = 4 * 1024 * 1024  # a config is kilobytes; refuse before parsing a large file
@@ -88,6 +86,8 @@ def _parse(path: Path) -> Any:
         raise InputError(f"{path}: no such file") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(f"{path}: cannot read the --config file ({getattr(exc, 'strerror', None) or exc})") from None
+    import yaml  # only when a --config file is given (8 ms of every other run's start-up)
+
     try:
         data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
     except json.JSONDecodeError as exc:

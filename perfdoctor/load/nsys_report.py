@@ -9,7 +9,6 @@ temporary name and renamed when complete, so an interrupted export is never reus
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import subprocess
@@ -29,6 +28,8 @@ def cache_dir() -> Path:
 
 def cached_export_path(report: Path) -> Path:
     """The cache file for this report as it is now (path, size and mtime in the key)."""
+    import hashlib  # only for an .nsys-rep (its OpenSSL binding costs start-up)
+
     st = report.stat()
     key = hashlib.sha256(f"{report.resolve()}\0{st.st_size}\0{st.st_mtime_ns}".encode()).hexdigest()[:20]
     return cache_dir() / f"{report.stem}-{key}.sqlite"

@@ -75,5 +75,7 @@ class SafeConsole(Console):
 
 
 def safe_console(**kwargs: Any) -> Console:
-    """The Console every perfdoctor command prints with (see :class:`SafeConsole`)."""
+    """The Console every perfdoctor command prints with (see :class:`SafeConsole`). Emoji codes are off:
+    a kernel or range named ``:fire:`` prints as written (and rich's emoji table is not imported)."""
+    kwargs.setdefault("emoji", False)
     return SafeConsole(**kwargs)

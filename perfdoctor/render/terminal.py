@@ -327,5 +327,5 @@ def findings_panel(findings: list[dict], framework: dict | None = None, total_ms
         parts.append(Text(f"       guide: {f['guide']}  (perfdoctor explain {f['rule']})", style="dim"))
     if total_ms is not None:
         parts.append(Text(f"together: {total_ms:,.2f} ms per step (overlapping findings counted once)", style="bold"))
-    return Panel(Group(*parts), title=f"findings ({len(findings)})", title_align="left")
+    return Panel(Group(*parts), title=Text(f"findings ({len(findings)})"), title_align="left")
 
