@@ -1,0 +1,39 @@
+"""The allocator set-up (perfdoctor.heap): it takes on glibc, the commands that analyse traces make it,
+and importing or calling perfdoctor as a library does not."""
+
+from __future__ import annotations
+
+import platform
+import subprocess
+import sys
+
+import pytest
+
+from perfdoctor import heap
+from tests.paths import REAL_H100
+from tests.test_cli_bad_input import run_cli
+
+GLIBC = sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc"
+
+
+def test_it_takes_on_glibc_and_is_skipped_elsewhere() -> None:
+    code = "from perfdoctor.heap import keep_freed_memory; print(keep_freed_memory())"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == str(GLIBC)
+
+
+@pytest.mark.parametrize("command", ["analyze", "diff"])
+def test_the_analysing_commands_set_it_up(capsys, monkeypatch, command) -> None:
+    calls = []
+    monkeypatch.setattr(heap, "keep_freed_memory", lambda: calls.append(1) or True)
+    args = [str(REAL_H100)] * (2 if command == "diff" else 1)
+    code, _, err = run_cli(capsys, command, *args, "--format", "json")
+    assert code == 0, err
+    assert calls == [1]
+
+
+def test_the_library_leaves_the_allocator_alone(monkeypatch) -> None:
+    from perfdoctor import api
+
+    monkeypatch.setattr(heap, "keep_freed_memory", lambda: pytest.fail("the library retuned malloc"))
+    assert api.analyze([REAL_H100]).devices
