@@ -118,7 +118,8 @@ def _gib_bytes(gib: float | None) -> int | None:
 @click.option("--device-memory", type=float, metavar="GIB", help=(
     "GPU memory in GiB (e.g. 80) for the memory headroom rules; wins over the trace's GPU table (MIG slices)."))
 @click.option("--jobs", "-j", type=click.IntRange(min=1), help=(
-    "Cores to use: processes analysing ranks in parallel (default: the machine's cores)."))
+    "Cores to use: processes analysing ranks in parallel, or threads reading one large export's tables "
+    "(default: the machine's cores)."))
 @click.option("--dask", help="Run the per-rank tasks on Dask: `local` (a LocalCluster of --jobs workers) or "
                              "tcp://HOST:PORT.")
 @click.option("--sample", type=click.IntRange(min=1), help=(
