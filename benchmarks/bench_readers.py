@@ -42,9 +42,10 @@ def scan(path: Path) -> None:
 
 def perfdoctor_reader(threads: int):
     def read(path: Path) -> None:
+        from perfdoctor import cores
         from perfdoctor.load import sqlite_export
 
-        sqlite_export.READ_THREADS = threads
+        cores.PER_TASK = threads
         db = sqlite_export.SqliteExport(path)
         for t in TABLES:
             db.read(t, {c: c for c in NEEDED_COLUMNS[t]})

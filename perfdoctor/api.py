@@ -15,6 +15,7 @@ from perfdoctor import __version__
 from perfdoctor.classify.framework import detect_framework, timeline_fingerprints
 from perfdoctor.classify.groups import GROUPS, label_groups
 from perfdoctor.classify.timeline import copy_classes, kernel_classes
+from perfdoctor.cores import beside
 from perfdoctor.diagnose import diagnose, load_rules
 from perfdoctor.errors import InputError
 from perfdoctor.execute import run_tasks
@@ -27,7 +28,7 @@ from perfdoctor.measure.breakdown import activity_window, summarize
 from perfdoctor.measure.collectives import Collectives, collectives
 from perfdoctor.measure.excerpt import excerpt
 from perfdoctor.measure.graphs import graph_metrics
-from perfdoctor.measure.host import host_gaps
+from perfdoctor.measure.host import host_gaps, launch_stats
 from perfdoctor.measure.memory import MemoryMeasurement, measure_memory, measure_run_memory
 from perfdoctor.measure.metrics import across_ranks, timeline_metrics
 from perfdoctor.measure.peers import match
@@ -192,13 +193,19 @@ def analyze_file(task: FileTask) -> FileResult:
 
 
 def analyze_timeline(tl: Timeline, config: dict[str, Any], excerpts: bool) -> RankResult:
-    """One rank: classify → measure → summary."""
+    """One rank: classify → measure → summary. Where the task has a second core, measurements that do not
+    need each other run beside each other (:func:`perfdoctor.cores.beside`): the host gaps and launch
+    statistics (they need only the timeline, its steps and activity) beside the group labelling and the
+    breakdown, the per-step series and the work units beside the metrics."""
     kcls = kernel_classes(tl.kernels)
     ccls = copy_classes(tl.memcpy)
-    groups = label_groups(tl, kcls, config)
     window = activity_window(tl)
     steps = find_steps(tl, window, kcls) if window else None
     act = activity(tl, kcls, ccls)
+    on_device = tl.device_id is not None and steps is not None and len(steps) > 0
+    gaps_later = beside(host_gaps, tl, steps, act.busy) if on_device else None
+    launches_later = beside(launch_stats, tl) if on_device else None
+    groups = label_groups(tl, kcls, config)
     device = summarize(tl, kcls, ccls, act, steps)
     device.groups = groups.summary(tl.kernels)
     info = TimelineInfo(trace=tl.trace, pid=tl.pid, global_pid=tl.global_pid, device_id=tl.device_id,
@@ -210,11 +217,15 @@ def analyze_timeline(tl: Timeline, config: dict[str, Any], excerpts: bool) -> Ra
         return result
     result.excerpt = excerpt(tl, kcls, act, steps, groups, config) if excerpts else None
     by_group = group_comm(tl.kernels, act, groups.codes, len(GROUPS))
-    result.series = step_series(tl.kernels, act, steps, groups, by_group)
-    gaps = host_gaps(tl, steps, act.busy) if tl.device_id is not None and len(steps) else None
-    result.metrics, device.evidence = timeline_metrics(tl, kcls, act, steps, groups, by_group, gaps, config)
+    series_later = beside(step_series, tl.kernels, act, steps, groups, by_group)
+    work_later = beside(kernel_work, tl.kernels, kcls, steps)
+    gaps = gaps_later.result() if gaps_later else None
+    launches = launches_later.result() if launches_later else None
+    result.metrics, device.evidence = timeline_metrics(tl, kcls, act, steps, groups, by_group, gaps, launches,
+                                                       config)
     result.metrics |= graph_metrics(tl, steps)
-    if (work := kernel_work(tl.kernels, kcls, steps)) is not None:
+    result.series = series_later.result()
+    if (work := work_later.result()) is not None:
         device.evidence["work"] = work
     if gaps is not None:
         result.collectives = collectives(tl, act, steps, groups, by_group, gaps)

@@ -51,7 +51,7 @@ def run_tasks(fn: Callable[[T], R], tasks: Sequence[T], jobs: int | None = None,
         return _on_dask(fn, tasks, jobs, dask, report)
     if jobs == 1 or total <= 1:
         results = []
-        with _read_threads(jobs):  # the cores this process may use read its large tables
+        with _cores_per_task(jobs):  # a task alone has every core of --jobs
             for task in tasks:
                 results.append(fn(task))
                 report(len(results))
@@ -68,26 +68,25 @@ def run_tasks(fn: Callable[[T], R], tasks: Sequence[T], jobs: int | None = None,
 
 
 @contextmanager
-def _read_threads(cores: int) -> Iterator[None]:
-    """How many threads may read one large SQLite table at once (perfdoctor.load.sqlite_export.READ_THREADS),
-    for the duration of the block: one per core this process may use."""
-    from perfdoctor.load import sqlite_export
+def _cores_per_task(cores: int) -> Iterator[None]:
+    """The cores one task may use (perfdoctor.cores.PER_TASK), for the duration of the block."""
+    from perfdoctor import cores as per_task
 
-    before, sqlite_export.READ_THREADS = sqlite_export.READ_THREADS, cores
+    before, per_task.PER_TASK = per_task.PER_TASK, cores
     try:
         yield
     finally:
-        sqlite_export.READ_THREADS = before
+        per_task.PER_TASK = before
 
 
 def _one_core() -> None:
-    """Pool worker set-up: every core runs a worker, so a table is read by one thread (measured on 64
-    ranks with 2 workers: 4.8 s with a second reading thread, 5.0 s without, within the noise, and 407
-    against 384 MiB)."""
+    """Pool worker set-up: every core runs a worker, so a task uses one thread (measured on 64 ranks with
+    2 workers: 4.8 s with a second reading thread, 5.0 s without, within the noise, and 407 against
+    384 MiB)."""
+    from perfdoctor import cores
     from perfdoctor.heap import keep_freed_memory
-    from perfdoctor.load import sqlite_export
 
-    sqlite_export.READ_THREADS = 1
+    cores.PER_TASK = 1
     keep_freed_memory()  # as the command that started the pool (a forked worker has it already)
 
 

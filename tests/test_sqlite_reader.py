@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from perfdoctor import cores
 from perfdoctor.errors import InputError
-from perfdoctor.load import sqlite_export
 from perfdoctor.load.sqlite_export import SMALL_TABLE_ROWS, SqliteExport
 
 COLUMNS = {"start": "start", "dur": "dur", "tid": "tid", "ratio": "ratio", "label": "label", "blob": "blob"}
@@ -56,7 +56,7 @@ def _same(got: np.ndarray, want: list) -> bool:
 def test_reader_gives_every_value_as_sqlite3(tmp_path, monkeypatch, rows, gap, threads) -> None:
     path = tmp_path / "t.sqlite"
     _make(path, rows, gap)
-    monkeypatch.setattr(sqlite_export, "READ_THREADS", threads)
+    monkeypatch.setattr(cores, "PER_TASK", threads)
     db = SqliteExport(path)
     try:
         table = db.read("events", COLUMNS)
@@ -87,7 +87,7 @@ def test_large_read_needs_neither_pyarrow_nor_pandas(tmp_path) -> None:
 def test_a_large_read_that_fails_is_one_input_error(tmp_path, monkeypatch) -> None:
     path = tmp_path / "t.sqlite"
     _make(path, SMALL_TABLE_ROWS + 100)
-    monkeypatch.setattr(sqlite_export, "READ_THREADS", 2)
+    monkeypatch.setattr(cores, "PER_TASK", 2)
     db = SqliteExport(path)
     try:
         with pytest.raises(InputError, match="without the column nope"):

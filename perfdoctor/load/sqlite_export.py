@@ -7,7 +7,7 @@ Two connections serve two purposes:
 * connectorx reads the large event tables in Rust into Arrow columns (chosen by measurement,
   ``benchmarks/bench_readers.py``, in docs/benchmarks.md: about 1.5–1.8× the time of a C-level
   ``SELECT total(...)`` scan on one core, as fast as or faster than ADBC's SQLite driver, against 6–7×
-  for ``sqlite3`` rows turned into numpy). A large table is read in :data:`READ_THREADS` slices of
+  for ``sqlite3`` rows turned into numpy). A large table is read in ``perfdoctor.cores.PER_TASK`` slices of
   its rowids at once, one connectorx query per slice on its own thread (connectorx releases the GIL),
   and the slices joined in file order: on two cores the kernel and CUDA-call tables of a million
   kernels are read in about the time of the one-core C scan. Tables of at most
@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
+from perfdoctor import cores
 from perfdoctor.errors import InputError
 from perfdoctor.load import arrow_c
 from perfdoctor.load.file_kind import SQLITE_MAGIC, not_sqlite_reason
@@ -37,9 +38,6 @@ from perfdoctor.table import Table
 
 # Event tables up to this many rows are read through sqlite3 (docs/benchmarks.md, "SQLite readers").
 SMALL_TABLE_ROWS = 50_000
-# How many threads may read one large table at once, each a slice of its rowids: perfdoctor.execute sets
-# it to the cores this process may use (``--jobs``; 1 in pool workers, where every core runs a worker).
-READ_THREADS = 1
 
 
 class SqliteExport:
@@ -146,12 +144,12 @@ class SqliteExport:
         return {name: _column(values) for name, values in zip(names, zip(*rows))}
 
     def _read_arrow(self, sql: str, names: list[str], rowids: tuple[int, int]) -> dict[str, np.ndarray]:
-        """A large table through connectorx, in up to :data:`READ_THREADS` rowid slices read at once
+        """A large table through connectorx, in up to ``cores.PER_TASK`` rowid slices read at once
         (connectorx's own partitioning returns the slices out of order), joined in file order."""
         import connectorx  # noqa: F401  # imported here, once, not by two slice threads at the same time
 
         low, high = rowids
-        parts = max(1, min(READ_THREADS, (high - low + 1) // SMALL_TABLE_ROWS)) if high > low else 1
+        parts = max(1, min(cores.PER_TASK, (high - low + 1) // SMALL_TABLE_ROWS)) if high > low else 1
         if parts == 1:
             slices = [sql]
         else:

@@ -16,7 +16,7 @@ from perfdoctor.classify.timeline import category_mask
 from perfdoctor.measure import intervals as iv
 from perfdoctor.measure.activity import Activity, GroupComm
 from perfdoctor.measure.comm_stats import comm_stats
-from perfdoctor.measure.host import CAUSES, HostGaps, launch_stats
+from perfdoctor.measure.host import CAUSES, HostGaps, LaunchStats
 from perfdoctor.measure.kernel_mix import FAMILIES, UNFUSED_KINDS, kernel_mix
 from perfdoctor.measure.layernorm import blocked_norms
 from perfdoctor.measure.memory import MEMORY_KEYS
@@ -58,13 +58,14 @@ NS_PER_MS = 1e6
 
 
 def timeline_metrics(tl: Timeline, kcls: Table, act: Activity, steps: Steps, groups: GroupLabels,
-                     by_group: GroupComm, gaps: HostGaps | None,
+                     by_group: GroupComm, gaps: HostGaps | None, launches: LaunchStats | None,
                      config: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """Metrics of one timeline that the measurements can support (the rest stay ``None``), and the
     evidence behind them: per topic, the kernels, groups and environment values a finding quotes.
-    ``by_group`` are the comm sets of each parallel group and ``gaps`` the host gaps of the steps
-    (:func:`perfdoctor.measure.host.host_gaps`), both shared with other measurements; ``gaps`` is
-    ``None`` where nothing ran on a GPU.
+    ``by_group`` are the comm sets of each parallel group, ``gaps`` the host gaps of the steps and
+    ``launches`` the launch statistics (:mod:`perfdoctor.measure.host`), measured by the caller (the
+    gaps are shared with other measurements); ``gaps`` and ``launches`` are ``None`` where nothing ran
+    on a GPU.
 
     Per-group communication metrics need group labels: without any (a plain capture, before the
     heuristics of the group classifier apply) they stay ``None`` rather than report zeros.
@@ -103,7 +104,6 @@ def timeline_metrics(tl: Timeline, kcls: Table, act: Activity, steps: Steps, gro
     out["host.device_wait_ms"] = _median(gaps.device_wait) / NS_PER_MS
     out["host.sync_host_ms"] = _median(gaps.sync_host) / NS_PER_MS
     out["host.sync_wait_ms"] = _median(gaps.by_cause["sync"] - gaps.sync_host) / NS_PER_MS
-    launches = launch_stats(tl)
     out["kernels.median_us"] = launches.kernel_us
     out["host.launch_call_us"] = launches.launch_call_us
     out["host.launch_interval_us"] = launches.launch_interval_us

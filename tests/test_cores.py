@@ -1,0 +1,44 @@
+"""Work beside the analysis (perfdoctor.cores): the same results with a second core as without one."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from perfdoctor import api, cores
+from perfdoctor.render.json import report_dict
+from tests.paths import REAL_H100, SAMPLES
+
+
+def test_beside_runs_on_a_second_thread_only_with_a_second_core(monkeypatch) -> None:
+    where = []
+
+    def record(x: int) -> int:
+        where.append(threading.current_thread() is threading.main_thread())
+        return x * 2
+
+    monkeypatch.setattr(cores, "PER_TASK", 1)
+    later = cores.beside(record, 3)
+    assert where == []  # one core: computed when asked for, once
+    assert later.result() == 6 and later.result() == 6 and where == [True]
+    monkeypatch.setattr(cores, "PER_TASK", 2)
+    assert cores.beside(record, 4).result() == 8 and where == [True, False]
+
+
+def test_an_error_beside_reaches_the_caller(monkeypatch) -> None:
+    monkeypatch.setattr(cores, "PER_TASK", 2)
+    later = cores.beside(lambda: 1 // 0)
+    with pytest.raises(ZeroDivisionError):
+        later.result()
+
+
+@pytest.mark.parametrize("trace", [REAL_H100, SAMPLES / "pp_1f1b", SAMPLES / "exposed_dp"], ids=lambda p: p.name)
+def test_the_report_is_the_same_with_one_core_or_two(trace) -> None:
+    def report(jobs: int) -> dict:
+        out = report_dict(api.analyze([trace], jobs=jobs))
+        out.pop("generated_at", None)
+        out.get("run", {}).pop("elapsed_s", None)
+        return out
+
+    assert report(1) == report(2)
