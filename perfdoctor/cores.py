@@ -11,43 +11,47 @@ breakdown took 58 ms instead of 94 ms (medians of 5, 2 cores).
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
-from concurrent.futures import Future
 from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 
 PER_TASK = 1  # set by perfdoctor.execute for the duration of a run
-
-
 _UNSET: Any = object()
 
 
 class Later(Generic[T]):
-    """A result computed beside the caller (a Future), or on demand where there is no core to spare."""
+    """``fn(*args)``, computed on a thread of its own from the start, or on demand; :meth:`result`
+    gives its value or raises its exception. The thread is a daemon and ends with its work: nothing
+    lingers to be joined at exit (Ctrl-C stays prompt) or to keep a later pool from forking."""
 
-    def __init__(self, fn: Callable[..., T], args: tuple[Any, ...], future: Future | None) -> None:
-        self._fn, self._args, self._future, self._value = fn, args, future, _UNSET
+    def __init__(self, fn: Callable[..., T], args: tuple[Any, ...], start: bool) -> None:
+        self._fn, self._args = fn, args
+        self._value: Any = _UNSET
+        self._error: BaseException | None = None
+        self._thread: threading.Thread | None = None
+        if start:
+            self._thread = threading.Thread(target=self._run, name="perfdoctor-beside", daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self._value = self._fn(*self._args)
+        except BaseException as exc:  # handed to the caller of result()
+            self._error = exc
 
     def result(self) -> T:
-        if self._future is not None:
-            return self._future.result()
-        if self._value is _UNSET:
-            self._value = self._fn(*self._args)
+        if self._thread is not None:
+            self._thread.join()
+        elif self._value is _UNSET and self._error is None:
+            self._run()
+        if self._error is not None:
+            raise self._error
         return self._value
-
-
-_pool: Any = None
 
 
 def beside(fn: Callable[..., T], *args: Any) -> Later[T]:
     """``fn(*args)`` started on a second thread when this task has a second core, else computed when
     its result is asked for. ``fn`` must not mutate what the caller goes on using."""
-    if PER_TASK < 2:
-        return Later(fn, args, None)
-    global _pool
-    if _pool is None:
-        from concurrent.futures import ThreadPoolExecutor
-
-        _pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="perfdoctor-beside")
-    return Later(fn, args, _pool.submit(fn, *args))
+    return Later(fn, args, start=PER_TASK > 1)

@@ -42,3 +42,11 @@ def test_the_report_is_the_same_with_one_core_or_two(trace) -> None:
         return out
 
     assert report(1) == report(2)
+
+
+def test_no_thread_outlives_the_analysis() -> None:
+    """A thread left behind would make a later process pool start from a fork server, and be joined at
+    exit, where a Ctrl-C can go unanswered."""
+    before = {t.ident for t in threading.enumerate()}
+    api.analyze([REAL_H100], jobs=2)
+    assert {t.name for t in threading.enumerate() if t.ident not in before} == set()
