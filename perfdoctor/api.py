@@ -215,8 +215,8 @@ def analyze_timeline(tl: Timeline, config: dict[str, Any], excerpts: bool) -> Ra
     result = RankResult(info, device, None, None, None, None)
     if steps is None:
         return result
-    result.excerpt = excerpt(tl, kcls, act, steps, groups, config) if excerpts else None
     by_group = group_comm(tl.kernels, act, groups.codes, len(GROUPS))
+    result.excerpt = excerpt(tl, kcls, act, steps, groups, by_group, config) if excerpts else None
     series_later = beside(step_series, tl.kernels, act, steps, groups, by_group)
     work_later = beside(kernel_work, tl.kernels, kcls, steps)
     gaps = gaps_later.result() if gaps_later else None

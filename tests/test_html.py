@@ -77,10 +77,10 @@ def test_multi_rank_report_has_heatmap_and_pipeline_theory():
 
 
 def test_excerpt_is_the_median_step_capped_and_complete():
-    from perfdoctor.classify.groups import label_groups
+    from perfdoctor.classify.groups import GROUPS, label_groups
     from perfdoctor.classify.timeline import copy_classes, kernel_classes
     from perfdoctor.load.run import load_run
-    from perfdoctor.measure.activity import activity
+    from perfdoctor.measure.activity import activity, group_comm
     from perfdoctor.measure.breakdown import activity_window
     from perfdoctor.measure.steps import find_steps
 
@@ -88,7 +88,8 @@ def test_excerpt_is_the_median_step_capped_and_complete():
     tl = run.timelines[0]
     kcls, ccls = kernel_classes(tl.kernels), copy_classes(tl.memcpy)
     steps = find_steps(tl, activity_window(tl), kcls)
-    args = (tl, kcls, activity(tl, kcls, ccls), steps, label_groups(tl, kcls, run.config), run.config)
+    act, groups = activity(tl, kcls, ccls), label_groups(tl, kcls, run.config)
+    args = (tl, kcls, act, steps, groups, group_comm(tl.kernels, act, groups.codes, len(GROUPS)), run.config)
     full, capped = excerpt(*args), excerpt(*args, max_rects=40)
     durations = steps.durations
     assert durations[full.step_index] == np.sort(durations)[(len(durations) - 1) // 2]

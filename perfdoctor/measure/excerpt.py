@@ -19,7 +19,7 @@ import numpy as np
 from perfdoctor.classify.groups import GROUPS, GroupLabels
 from perfdoctor.classify.timeline import class_codes
 from perfdoctor.measure import intervals as iv
-from perfdoctor.measure.activity import Activity
+from perfdoctor.measure.activity import Activity, GroupComm
 from perfdoctor.measure.host import CAUSES, host_gaps
 from perfdoctor.measure.layernorm import blocked_norms
 from perfdoctor.measure.steps import Steps
@@ -57,7 +57,7 @@ def representative_step(steps: Steps) -> int:
     return int(order[(len(order) - 1) // 2])
 
 
-def excerpt(tl: Timeline, kcls: Table, act: Activity, steps: Steps, groups: GroupLabels,
+def excerpt(tl: Timeline, kcls: Table, act: Activity, steps: Steps, groups: GroupLabels, by_group: GroupComm,
             config: dict[str, Any], width_px: int = WIDTH_PX, max_rects: int = MAX_RECTS) -> Excerpt | None:
     """The excerpt of one timeline, or None when it has no kernels or no steps."""
     if tl.device_id is None or not len(steps) or not len(tl.kernels):
@@ -91,7 +91,7 @@ def excerpt(tl: Timeline, kcls: Table, act: Activity, steps: Steps, groups: Grou
                   "name": str(n), "count": int(m)}
                  for s, a, b, c, n, m in zip(rects["stream"], rects["start"], rects["end"], rects["category"],
                                              rects["name"], rects["count"])]
-    out.highlights = _highlights(tl, kcls, act, one, groups, config, pixel)[:MAX_HIGHLIGHTS]
+    out.highlights = _highlights(tl, kcls, act, one, groups, by_group, config, pixel)[:MAX_HIGHLIGHTS]
     return out
 
 
@@ -125,11 +125,11 @@ def _merge(start: np.ndarray, end: np.ndarray, stream: np.ndarray, category: np.
             "name": name[head], "count": np.diff(np.append(first, n))}
 
 
-def _highlights(tl: Timeline, kcls: Table, act: Activity, one: Steps, groups: GroupLabels,
+def _highlights(tl: Timeline, kcls: Table, act: Activity, one: Steps, groups: GroupLabels, by_group: GroupComm,
                 config: dict[str, Any], pixel: float) -> list[dict[str, Any]]:
     lo, hi = int(one.starts[0]), int(one.ends[0])
     k = tl.kernels
-    start, end = k.col("start"), k.col("end")
+    start = k.col("start")
     rows: list[dict[str, Any]] = []
 
     def add(kind: str, label: str, spans: iv.Intervals, stream: int | None = None) -> None:
@@ -137,15 +137,13 @@ def _highlights(tl: Timeline, kcls: Table, act: Activity, one: Steps, groups: Gr
         rows.extend({"kind": kind, "label": label, "start_us": _us(a, lo, hi), "end_us": _us(b, lo, hi),
                      "stream": stream} for a, b in zip(s, e))
 
-    window = (np.array([lo], dtype=np.int64), np.array([hi], dtype=np.int64))
-    compute = iv.intersect(act.compute, window)
+    # The timeline's exposed sets, computed once for every measurement; ``add`` clips them to the step.
     if groups.any_labelled:
         for i, g in enumerate(GROUPS):
-            mine = groups.codes == i
-            if mine.any():
-                add("exposed_comm", g, iv.subtract(iv.union(start[mine], end[mine]), compute))
+            if by_group.kernels[i]:
+                add("exposed_comm", g, by_group.exposed[i])
     else:
-        add("exposed_comm", "unlabelled", iv.subtract(iv.intersect(act.comm, window), compute))
+        add("exposed_comm", "unlabelled", act.exposed_comm)
     gaps = host_gaps(tl, one, act.busy)
     for cause in CAUSES:
         spans = gaps.spans.get(cause, iv.EMPTY)
