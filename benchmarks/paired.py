@@ -15,7 +15,6 @@ import os
 import platform
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -101,12 +100,10 @@ def difference(a: Sample, b: Sample) -> float:
     return statistics.median(x - y for x, y in zip(a.wall_s, b.wall_s))
 
 
-def perfdoctor(*args: str, bin_dir: Path | None = None) -> list[str]:
+def perfdoctor(*args: str, bin_dir: Path) -> list[str]:
     """``perfdoctor ARGS``: the console script of the environment ``bin_dir`` (run_all's fresh install of
-    this checkout's wheel), or without one this checkout through ``python -m`` from the repository root."""
-    if bin_dir is not None:
-        return [str(bin_dir / "perfdoctor"), *args]
-    return [sys.executable, "-m", "perfdoctor", *args]
+    this checkout's wheel)."""
+    return [str(bin_dir / "perfdoctor"), *args]
 
 
 def machine() -> str:

@@ -68,15 +68,15 @@ def run_tasks(fn: Callable[[T], R], tasks: Sequence[T], jobs: int | None = None,
 
 
 @contextmanager
-def _cores_per_task(cores: int) -> Iterator[None]:
+def _cores_per_task(count: int) -> Iterator[None]:
     """The cores one task may use (perfdoctor.cores.PER_TASK), for the duration of the block."""
-    from perfdoctor import cores as per_task
+    from perfdoctor import cores
 
-    before, per_task.PER_TASK = per_task.PER_TASK, cores
+    before, cores.PER_TASK = cores.PER_TASK, count
     try:
         yield
     finally:
-        per_task.PER_TASK = before
+        cores.PER_TASK = before
 
 
 def _one_core() -> None:

@@ -34,7 +34,8 @@ def calls_of(corr: np.ndarray, api: Table) -> tuple[np.ndarray, np.ndarray, np.n
     """``launch_calls`` for bare correlation ids."""
     n = corr.size
     if not n or not len(api):
-        return tuple(np.full(n, -1, dtype=np.int64) for _ in range(3))  # type: ignore[return-value]
+        none = np.full(n, -1, dtype=np.int64)
+        return none, none.copy(), none.copy()
     rows, hit = _rows_of(api, corr)
     if rows.size == n:  # every op found its call (the usual case): the gathers are the answer
         return api.col("start")[rows], api.col("end")[rows], api.col("tid")[rows]
@@ -51,8 +52,8 @@ def _rows_of(api: Table, want: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     table = _lookup_table(api)
     if table is not None:
         inside = want.size and want.min() > 0 and want.max() < table.size
-        looked = table[want] if inside else table[np.where((want > 0) & (want < table.size), want, 0)]
-        hit = looked >= 0 if inside else (looked >= 0) & (want > 0)
+        looked = table[want if inside else np.where((want > 0) & (want < table.size), want, 0)]
+        hit = looked >= 0  # table[0] is -1: ids <= 0 and ids past the table (sent to 0) never hit
         return (looked if hit.all() else looked[hit]), hit
     corr = api.col("correlation_id")
     order = np.arange(corr.size) if np.all(corr[1:] >= corr[:-1]) else np.argsort(corr, kind="stable")

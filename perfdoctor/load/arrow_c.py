@@ -102,8 +102,6 @@ def _join(arrays: list[ArrowArray], formats: list[bytes]) -> np.ndarray:
         out = np.empty(len(values), dtype=object)
         out[:] = values
         return out
-    if fmt == b"n":  # the null type: every value NULL
-        return np.full(total, np.nan)
     raise ValueError(f"Arrow type {fmt.decode(errors='replace')!r} is not read")
 
 

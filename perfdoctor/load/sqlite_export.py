@@ -151,19 +151,15 @@ class SqliteExport:
         low, high = rowids
         parts = max(1, min(cores.PER_TASK, (high - low + 1) // SMALL_TABLE_ROWS)) if high > low else 1
         if parts == 1:
-            slices = [sql]
+            results = [self._arrow(sql)]
         else:
+            from concurrent.futures import ThreadPoolExecutor
+
             bounds = [low + (high - low + 1) * i // parts for i in range(parts + 1)]
             slices = [f"{sql} WHERE rowid >= {a} AND rowid < {b}" for a, b in zip(bounds[:-1], bounds[1:])]
             slices[-1] = f"{sql} WHERE rowid >= {bounds[-2]}"  # the last slice takes any later rows
-        if len(slices) == 1:
-            results = [self._arrow(slices[0])]
-        else:
-            from concurrent.futures import ThreadPoolExecutor, wait
-
-            with ThreadPoolExecutor(max_workers=len(slices), thread_name_prefix="perfdoctor-read") as pool:
+            with ThreadPoolExecutor(max_workers=parts, thread_name_prefix="perfdoctor-read") as pool:
                 futures = [pool.submit(self._arrow, one) for one in slices]
-                wait(futures)
             failed = [f.exception() for f in futures if f.exception() is not None]
             if failed:  # the slices that were read are released before the error is raised
                 arrow_c.release(batch for f in futures if f.exception() is None for batch in f.result()[1])
