@@ -41,3 +41,14 @@ def test_heuristic_group_labels_say_so():
     console = Console(width=120, record=True, color_system=None)
     render_terminal(api.analyze([SAMPLES / "real_h100"]), console)
     assert "[heuristic, low confidence]" in console.export_text()
+
+
+def test_emoji_codes_in_names_print_as_written() -> None:
+    """A kernel or NVTX range called ``:fire:`` is a name, not an emoji to substitute."""
+    import io
+
+    from perfdoctor.render.escape import safe_console
+
+    out = io.StringIO()
+    safe_console(file=out, width=80).print("kernel :fire: on :thumbs_up:")
+    assert out.getvalue().strip() == "kernel :fire: on :thumbs_up:"
