@@ -38,7 +38,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # this checkout's perfdoctor, as the timed subprocesses get (PYTHONPATH)
-SHARED = REPO.parent / "shared" / "traces" / "kineto"
+KINETO = REPO / "tests" / "data" / "traces" / "kineto"  # real traces of other people's runs, with their licences
 HTA_VERSION = "0.5.0"
 HTA_DEPS = ["numpy", "pandas", "plotly", "networkx", "pydot", "psutil", "pyyaml"]
 
@@ -164,9 +164,9 @@ def main() -> None:
     args = ap.parse_args()
     hta = hta_python(args.hta_venv)
     work = Path(tempfile.mkdtemp(prefix="vs-hta-"))
-    cases = [("hta_nccl_data (A100, rank 0 of 2)", [SHARED / "hta_nccl_data.json.gz"]),
-             ("hta_ddp_v100_rank1 (V100 DDP)", [SHARED / "hta_ddp_v100_rank1.json.gz"]),
-             ("param_dlrm_8rank (8 ranks)", sorted((SHARED / "param_dlrm_8rank").glob("*.json.gz"))),
+    cases = [("hta_nccl_data (A100, rank 0 of 2)", [KINETO / "hta_nccl_data.json.gz"]),
+             ("hta_ddp_v100_rank1 (V100 DDP)", [KINETO / "hta_ddp_v100_rank1.json.gz"]),
+             ("param_dlrm_8rank (8 ranks)", sorted((KINETO / "param_dlrm_8rank").glob("*.json.gz"))),
              (f"simulated Megatron, {args.layers} layers × {args.steps} steps", large_trace(work / "large", args.steps,
                                                                                            args.layers))]
     env = {**os.environ, "PYTHONPATH": str(REPO)}

@@ -9,9 +9,14 @@ into a failure.
 from __future__ import annotations
 
 import os
+import sys
+import tempfile
 from collections.abc import Generator
+from pathlib import Path
 
 import pytest
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def in_ci() -> bool:
@@ -39,6 +44,45 @@ def _private_export_cache(tmp_path_factory: pytest.TempPathFactory) -> Generator
         os.environ.pop("XDG_CACHE_HOME", None)
     else:
         os.environ["XDG_CACHE_HOME"] = old
+
+
+class _OutsideReads:
+    """Files a test opened beside the checkout: inside the checkout's parent folder, outside the checkout.
+
+    A clone has nothing beside it (no ``../shared``, no other checkout), so a test that reads there passes
+    only on one machine. An audit hook sees every ``open`` of this process; paths are compared as written
+    (absolute, ``..`` folded), without a system call per open. Where the checkout's parent is the root or
+    the temporary folder, "beside" would be everything, so nothing is watched there. The temporary folder,
+    the Python installation and the user's cache are not "beside" even when they lie in that parent.
+    """
+
+    def __init__(self, repo: Path) -> None:
+        parent = os.path.abspath(repo.parent)
+        tmp = os.path.abspath(tempfile.gettempdir())
+        self.parent = None if parent in ("/", tmp) else parent + os.sep
+        self.inside = [os.path.abspath(p) + os.sep for p in
+                       (repo, tmp, sys.prefix, sys.base_prefix, sys.exec_prefix, Path.home() / ".cache")]
+        self.seen: list[str] = []
+
+    def __call__(self, event: str, args: tuple) -> None:
+        if event != "open" or self.parent is None or not isinstance(args[0], (str, os.PathLike)):
+            return
+        path = os.path.abspath(os.fspath(args[0]))
+        if path.startswith(self.parent) and not any(path.startswith(p) for p in self.inside):
+            self.seen.append(path)
+
+
+OUTSIDE_READS = _OutsideReads(REPO)
+sys.addaudithook(OUTSIDE_READS)
+
+
+@pytest.fixture(autouse=True)
+def _reads_stay_inside_the_repository() -> Generator[None, None, None]:
+    """Fails a test that opened a file beside the checkout (see _OutsideReads)."""
+    del OUTSIDE_READS.seen[:]
+    yield
+    seen, OUTSIDE_READS.seen[:] = list(OUTSIDE_READS.seen), []
+    assert not seen, f"read outside the repository {REPO}: {sorted(set(seen))[:5]}"
 
 
 def _must_run(item: pytest.Item) -> bool:

@@ -12,7 +12,7 @@ from perfdoctor.load.config_file import MAX_BYTES, load_config_file, user_config
 from tests.paths import REAL_H100
 from tests.test_cli_bad_input import assert_one_line_error, run_cli
 
-# Field names as the frameworks spell them (../shared/research/megatron.md §4).
+# Field names as the frameworks spell them (the project's research notes on Megatron, §4).
 MEGATRON_LM_ARGS = {
     "tensor_model_parallel_size": 2, "pipeline_model_parallel_size": 1, "context_parallel_size": 1,
     "data_parallel_size": 4, "micro_batch_size": 2, "global_batch_size": 64, "seq_length": 4096,

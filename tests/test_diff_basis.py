@@ -6,7 +6,7 @@ iteration (shorter than an iteration, so no optimizer burst and no periodic step
 of GEMM efficiencies, so the time per unit of work must grow by that ratio weighted by the GEMM share of
 the base window's compute-kernel time, recomputed here from the base SQLite file.
 
-The real 300 ms window of a 2×H100 training run (``../shared/traces/nsys/mfu_2gpu_before.sqlite``) gives
+The real 300 ms window of a 2×H100 training run (``sample_traces/real_h100/h100_2gpu_fastvideo.sqlite``) gives
 the issue's own case: an "after" capture made by running every event 1/0.88 times slower and cutting it
 to the same 300 ms holds 12 % fewer layers; its two halves are the same run.
 """
@@ -28,7 +28,7 @@ from perfdoctor.diff import compare, diff_dict
 from perfdoctor.render.diff_markdown import render_diff_markdown, verdict_line
 from perfdoctor.synth import run_scenario
 from perfdoctor.synth.window import EVENT_TABLES, cut_window
-from tests.paths import SHARED
+from tests.paths import REAL_H100, TRACES
 
 BASE = {
     "name": "win",
@@ -147,7 +147,7 @@ def test_resolved_only_when_the_metric_behind_the_finding_improved():
     assert not unknown.resolved_findings and "unknown" in unknown.gone_findings[0][1]
 
 
-REAL = SHARED / "traces" / "nsys" / "mfu_2gpu_before.sqlite"
+REAL = REAL_H100
 
 
 def _real_copy(tmp: Path, name: str) -> tuple[Path, int, int]:
@@ -192,5 +192,5 @@ def test_real_window_halves_are_the_same_run(tmp_path):
     d = api.diff(first.parent, second.parent)
     assert d.basis.kind == "per unit of work" and d.basis.shared > 0.9
     assert not d.step.significant and d.step.head / d.step.base == pytest.approx(1.0, abs=0.06)
-    other = api.diff(REAL, SHARED / "traces" / "nsys" / "pipit_cloverleaf.sqlite")  # a CUDA mini-app, not this job
+    other = api.diff(REAL, TRACES / "nsys" / "pipit_cloverleaf.sqlite")  # a CUDA mini-app, not this job
     assert other.basis.kind == "not comparable" and other.step is None

@@ -11,7 +11,7 @@ import pytest
 from perfdoctor.classify.framework import detect_framework
 from perfdoctor.load.run import load_run
 from perfdoctor.model import Run, TraceInfo
-from tests.paths import SAMPLES, SHARED
+from tests.paths import REAL_H100, SAMPLES, TRACES
 
 
 def _run(folder: Path, env: dict[str, str] | None = None, **config_sources: str) -> Run:
@@ -44,8 +44,8 @@ def test_hook_marks_environment_and_nothing(tmp_path):
 @pytest.mark.parametrize(("path", "name"), [
     (SAMPLES / "exposed_dp", "megatron-core"),
     (SAMPLES / "unlabeled", "pytorch"),
-    (SHARED / "traces" / "nsys" / "mfu_2gpu_before.sqlite", "pytorch"),
-    (SHARED / "traces" / "nsys" / "pipit_cloverleaf.sqlite", "unknown"),
+    (REAL_H100, "pytorch"),
+    (TRACES / "nsys" / "pipit_cloverleaf.sqlite", "unknown"),
 ])
 def test_traces(path, name):
     if not path.exists():

@@ -26,10 +26,10 @@ from perfdoctor.classify.kernels import (
     rule_index,
     signature_head,
 )
-from tests.paths import SHARED
+from tests.paths import REAL_H100, TRACES
 
-NSYS_TRACE = SHARED / "traces" / "nsys" / "mfu_2gpu_before.sqlite"
-KINETO_TRACES = sorted((SHARED / "traces" / "kineto").glob("*.json.gz"))
+NSYS_TRACE = REAL_H100
+KINETO_TRACES = sorted((TRACES / "kineto").glob("*.json.gz"))
 
 
 def comm(collective: str, library: str = "nccl") -> KernelClass:
@@ -486,8 +486,6 @@ def _expected_real(name: str) -> KernelClass | None:
 
 @pytest.fixture(scope="module")
 def nsys_names() -> list[tuple[str, str]]:
-    if not NSYS_TRACE.exists():
-        pytest.skip(f"shared traces not found at {NSYS_TRACE.parent}")
     with sqlite3.connect(f"file:{NSYS_TRACE}?mode=ro", uri=True) as db:
         return db.execute("SELECT DISTINCT s.value, d.value FROM CUPTI_ACTIVITY_KIND_KERNEL k "
                           "JOIN StringIds s ON s.id = k.shortName "
@@ -497,8 +495,7 @@ def nsys_names() -> list[tuple[str, str]]:
 @pytest.fixture(scope="module")
 def kineto_names() -> set[str]:
     """Kernel names of the Kineto traces; a regex over the text is ten times faster than json.load."""
-    if not KINETO_TRACES:
-        pytest.skip(f"shared Kineto traces not found under {SHARED}")
+    assert KINETO_TRACES, f"no Kineto traces under {TRACES}"
     event = re.compile(r'"cat": "kernel", "name": ("(?:[^"\\]|\\.)*")')
     names: set[str] = set()
     for path in KINETO_TRACES:

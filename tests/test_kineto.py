@@ -23,13 +23,12 @@ from perfdoctor.load import kineto
 from perfdoctor.load.kineto import load_kineto
 from perfdoctor.render.json import report_dict
 from perfdoctor.synth import run_scenario
-from tests.paths import REPO, SHARED
+from tests.paths import REPO, TRACES
 
-KINETO = SHARED / "traces" / "kineto"
+KINETO = TRACES / "kineto"
 REAL = [KINETO / "hta_nccl_data.json.gz", KINETO / "hta_ddp_v100_rank1.json.gz",
         *sorted((KINETO / "param_dlrm_8rank").glob("*.json.gz"))]
 SCENARIOS = REPO / "perfdoctor" / "synth" / "scenarios"
-needs_shared = pytest.mark.skipif(not KINETO.is_dir(), reason="../shared/traces/kineto is not beside the checkout")
 # Measurements that need what a PyTorch profiler trace does not record (see the module docstring).
 NOT_IN_KINETO = {"mfu", "mfu.fp8", "model.tflops_per_gpu", "pipeline.bubble_fraction_theory"}
 
@@ -42,7 +41,6 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "perfdoctor", *args], capture_output=True, text=True, timeout=300)
 
 
-@needs_shared
 @pytest.mark.parametrize("path", REAL, ids=lambda p: p.name)
 def test_real_trace_loads_every_gpu_event(path: Path) -> None:
     """Every kernel, copy and fill of the file lands on a timeline with its exact duration."""
@@ -64,7 +62,6 @@ def test_real_trace_loads_every_gpu_event(path: Path) -> None:
     assert sum(int(t.kernels["short_name"].where(lambda n: str(n).startswith("nccl")).sum()) for t in timelines) == nccl
 
 
-@needs_shared
 def test_real_nccl_trace_labels_groups_from_process_group_args() -> None:
     """hta_nccl_data: every NCCL kernel names process group '0' (default_pg, 2 ranks) and the trace has no
     Megatron group: plain DDP, so the world group is the DP group, from the args, not a guess by name."""
@@ -77,7 +74,6 @@ def test_real_nccl_trace_labels_groups_from_process_group_args() -> None:
         "baseTimeNanoseconds"]
 
 
-@needs_shared
 def test_real_8_rank_set_is_one_run() -> None:
     """The DLRM set: eight files, ranks 0..7 from distributedInfo, one step each, breakdowns that add up."""
     report = report_dict(api.analyze([KINETO / "param_dlrm_8rank"], timeline_excerpts=False))
@@ -236,7 +232,6 @@ def test_cross_rank_matching_on_kineto_ranks(tmp_path: Path) -> None:
                 assert kt["metrics"]["ranks"][rank][key] == pytest.approx(want[key], rel=1e-6, abs=1e-6), (rank, key)
 
 
-@needs_shared
 def test_real_8_rank_collectives_match_across_ranks() -> None:
     """The DLRM set names no process group on its NCCL kernels (PyTorch < 2.3), but c10d's `nccl:<op>`
     ranges enclose each launch: its 3 all-reduces (DDP) and 5 all-to-alls (embedding exchange) per rank

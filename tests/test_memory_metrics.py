@@ -515,9 +515,9 @@ def test_analyze_device_memory_feeds_the_headroom_rules(tmp_path):
 def test_real_oom_dump_without_the_oom_in_its_history():
     """FlexGen's OPT snapshot dumped after an OOM: its history is one `snapshot` marker. It must say
     dump-time state only and that the OOM is not in its history, with null peaks and OOM count."""
-    from tests.paths import SHARED
+    from tests.paths import TRACES
 
-    path = SHARED / "traces" / "memory" / "flexgen_opt_oom_snapshot.pickle"
+    path = TRACES / "memory" / "flexgen_opt_oom_snapshot.pickle"
     result = _cli("memory", str(path), "--format", "json")
     assert result.returncode == 0, result.stderr
     (snap,) = json.loads(result.stdout)["snapshots"]
@@ -532,9 +532,9 @@ def test_real_oom_dump_without_the_oom_in_its_history():
 
 def test_real_snapshots_with_history_are_measured():
     """cs336's training-step snapshot (5,163 events with times): peaks measured, no OOM, no dump-only note."""
-    from tests.paths import SHARED
+    from tests.paths import TRACES
 
-    m = measure_memory(load_snapshot(SHARED / "traces" / "memory" / "cs336_memory_snapshot.pickle"))
+    m = measure_memory(load_snapshot(TRACES / "memory" / "cs336_memory_snapshot.pickle"))
     assert m.evidence["state"] == "history" and m.evidence["history_events"] == 5163
     assert m.metrics["memory.oom_count"] == 0 and m.metrics["memory.peak_allocated_bytes"] > 0
     assert not any("dump-time" in w for w in m.warnings)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.paths import REAL_H100, SAMPLES, SHARED
+from tests.paths import REAL_H100, SAMPLES, TRACES
 from tests.test_cli_bad_input import assert_one_line_error, run_cli
 
 PP = SAMPLES / "pp_1f1b"
@@ -91,10 +91,9 @@ def test_diff_refuses_a_mixed_side(capsys, tmp_path):
     assert_one_line_error(code, err, "2 different captures")
 
 
-REAL_MPI = SHARED / "traces" / "nsys" / "pipit_saxpy_mpi.sqlite"
+REAL_MPI = TRACES / "nsys" / "pipit_saxpy_mpi.sqlite"
 
 
-@pytest.mark.skipif(not REAL_MPI.is_file(), reason="needs ../shared/traces")
 def test_two_real_captures_are_not_one_run(capsys):
     code, _, err = run_cli(capsys, "analyze", str(REAL_H100), str(REAL_MPI))
     assert_one_line_error(code, err, "2 different captures")

@@ -13,9 +13,9 @@ import pytest
 from perfdoctor import api
 from perfdoctor.measure.peers import _members
 from perfdoctor.synth import run_scenario
-from tests.paths import SHARED
+from tests.paths import REAL_H100
 
-REAL_2GPU = SHARED / "traces" / "nsys" / "mfu_2gpu_before.sqlite"
+REAL_2GPU = REAL_H100
 MODEL = {"layers": 4, "hidden": 2048, "heads": 16, "kv_heads": 4, "ffn_hidden": 8192, "seq_length": 2048,
          "vocab": 32000, "num_microbatches": 4}
 DP_NO_OVERLAP = {"overlap_grad_reduce": False, "overlap_param_gather": False}
@@ -89,8 +89,6 @@ def test_slow_stage_names_every_rank_of_the_stage(planted) -> None:
 
 
 def test_real_2gpu_trace_rank0_mostly_waits_for_rank1() -> None:
-    if not REAL_2GPU.exists():
-        pytest.skip("shared traces not present")
     report = api.analyze([REAL_2GPU], jobs=1)
     r0 = report.metrics["ranks"]["0"]
     group = next(g for g in ("cp", "pp", "dp", "tp", "ep", "other") if r0.get(f"comm.{g}.exposed_wait_ms"))

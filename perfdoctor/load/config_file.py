@@ -9,7 +9,7 @@ Three shapes are read, as JSON or YAML:
 * a NeMo 2 recipe dump (``trainer.strategy.tensor_model_parallel_size``, ``model.config.num_layers``,
   ``data.micro_batch_size``, ...).
 
-All three name a setting by the same field name (../shared/research/megatron.md §4), only nested
+All three name a setting by the same field name (the project's research notes on Megatron, §4), only nested
 differently, so a value is found by its field name wherever it sits. When the same field appears
 twice with different values (Bridge copies ``grad_reduce_in_fp32`` into ``ddp``), the shallowest
 path wins. Values are perfdoctor's config keys (DESIGN §4); unknown fields are ignored.

@@ -5,7 +5,7 @@ binary payload that starts with the communicator id (``comm->commHash``), follow
 and an op-specific field; communicator creation ranges carry the communicator's number of ranks and
 the caller's rank (research/nsys_schema.md §3.7, §6.3; research/kernel_taxonomy.md §1.4).
 
-What an nsys 2026.x SQLite export holds (observed on ``../shared/traces/nsys/mfu_2gpu_before.sqlite``,
+What an nsys 2026.x SQLite export holds (observed on ``sample_traces/real_h100/h100_2gpu_fastvideo.sqlite``,
 an nsys 2026.2.1 export of an NCCL 2.2x run):
 
 * ``NVTX_PAYLOAD_SCHEMAS`` / ``NVTX_PAYLOAD_SCHEMA_ENTRIES``: each schema's entries with name, NVTX

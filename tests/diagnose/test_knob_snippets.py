@@ -19,9 +19,8 @@ from perfdoctor.diagnose import load_rules
 from perfdoctor.diagnose.conditions import Context
 from perfdoctor.diagnose.knob_values import COMPUTE, literal_problem, resolve_value
 from perfdoctor.render.snippets import knob_snippets
-from tests.paths import SHARED
+from tests.paths import RESEARCH
 
-RESEARCH = SHARED / "research"
 # A run that tells every value a computation reads (a Llama-like 32-layer model on PP 4).
 FULL = Context(
     metrics={"comm.dp.median_kernel_us": 120.0, "pipeline.bubble_ms": 40.0, "step.time_ms": 400.0},
@@ -41,10 +40,11 @@ def _flags() -> dict[str, dict[str, Any]]:
 
 @cache
 def _research_text() -> str:
-    """The research notes, the tuning guides and the Megatron-LM argument names (dest), which the
+    """The identifiers of the research notes and the tuning guides (tests/data/research/config_vocabulary.txt,
+    written by scripts/config_vocabulary.py) and the Megatron-LM argument names (dest), which the
     Megatron-Bridge / NeMo config fields mirror."""
-    texts = [p.read_text(errors="replace") for p in [*RESEARCH.glob("*.md"), *(SHARED / "guide").glob("**/*.md")]]
-    return "\n".join(texts + sorted({f["dest"] for f in _flags().values()}))
+    words = (RESEARCH / "config_vocabulary.txt").read_text().split()
+    return "\n".join(words + sorted({f["dest"] for f in _flags().values()}))
 
 
 def _knobs() -> list[tuple[str, dict[str, Any]]]:

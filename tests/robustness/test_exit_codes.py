@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.paths import REPO, SAMPLES, SHARED
+from tests.paths import REAL_H100, REPO, SAMPLES
 from tests.robustness.harness import _limits, assert_bad_input, perfdoctor
 
 BASE = SAMPLES / "clean_baseline" / "clean_baseline.rank0.sqlite"
@@ -96,8 +96,7 @@ def test_ctrl_c_inside_a_finaliser_still_exits_130():
 
 
 def _trace_for_ctrl_c() -> Path:
-    shared = SHARED / "traces" / "nsys" / "mfu_2gpu_before.sqlite"
-    return shared if shared.exists() else SAMPLES / "real_h100" / "h100_2gpu_fastvideo.sqlite"
+    return REAL_H100
 
 
 def _wait_until_reading(proc: subprocess.Popen, trace: Path, timeout: float = 60) -> bool:

@@ -16,7 +16,7 @@ import sqlite3
 import time
 from pathlib import Path
 
-from tests.paths import SAMPLES, SHARED
+from tests.paths import REAL_H100, SAMPLES, TRACES
 from tests.robustness.harness import digest, perfdoctor
 
 SEED = int(os.environ.get("PERFDOCTOR_FUZZ_SEED", "20261123"))
@@ -29,8 +29,8 @@ SOURCES = [
     SAMPLES / "pp_1f1b",  # simulated run directory, several ranks
     SAMPLES / "real" / "cpu_nvtx_nsys2022.sqlite",  # real nsys 2022.4
     SAMPLES / "real_h100" / "h100_2gpu_fastvideo.sqlite",  # real H100 run
-    SHARED / "traces" / "nsys" / "pipit_saxpy_mpi.sqlite",  # real, other people's
-    SHARED / "traces" / "nsys" / "mfu_2gpu_before.sqlite",
+    TRACES / "nsys" / "pipit_saxpy_mpi.sqlite",  # real, other people's
+    REAL_H100,
 ]
 WRONG_VALUES = ["'abc'", "X'FF00FE'", "NULL", "-1", "0", "9223372036854775807", "-9223372036854775808", "1e308",
                 "CAST(X'C328' AS TEXT)", "''"]

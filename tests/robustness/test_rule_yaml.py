@@ -50,8 +50,11 @@ def write_hostile(d: Path, kind: str) -> Path:
 
 
 KINDS = ["deep-flow", "deep-block", "alias-bomb", "fifo", "dev-zero", "huge", "not-utf8"]
-NEEDLE = {"deep-flow": "nested deeper", "deep-block": "nested deeper", "alias-bomb": "alias", "fifo": "not a regular file",
-          "dev-zero": "not a regular file", "huge": "limit", "not-utf8": "cannot read"}
+# What the one line must say is wrong. Nesting is caught by perfdoctor's depth bound or, first, by libyaml's own
+# (PyYAML >= 6.0.3's C loader stops a deep flow with "exceeded maximum nesting depth"): either names it.
+NEEDLE = {"deep-flow": ("nested deeper", "nesting depth"), "deep-block": ("nested deeper", "nesting depth"),
+          "alias-bomb": ("alias",), "fifo": ("not a regular file",), "dev-zero": ("not a regular file",),
+          "huge": ("limit",), "not-utf8": ("cannot read",)}
 
 
 @pytest.mark.parametrize(("command", "kind"), [("rules", k) for k in KINDS] +
@@ -62,7 +65,8 @@ def test_hostile_rule_file_is_one_line_exit_2(tmp_path, kind, command):
         ["analyze", SAMPLES / "exposed_tp" / "exposed_tp.rank0.sqlite", "--rules", tmp_path]
     result = perfdoctor(*args, timeout=TIMEOUT_S)
     assert_bad_input(result, str(path))
-    assert NEEDLE[kind] in result.err.split(str(path), 1)[1]
+    reason = result.err.split(str(path), 1)[1]
+    assert any(needle in reason for needle in NEEDLE[kind]), reason
 
 
 @pytest.mark.parametrize("kind", ["deep-flow", "alias-bomb", "fifo", "dev-zero"])

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-REAL_2026 = Path("/work/shared/traces/nsys/mfu_2gpu_before.sqlite")
+from tests.paths import REAL_H100 as REAL_2026
+
 MASK = 0xFFFFFFFFFF000000
 MASK_SQL = -0x1000000  # the same mask as a signed 64-bit SQLite integer
 
@@ -174,7 +175,6 @@ def test_schema_styles(generated: dict) -> None:
     assert seen == {"2022.4", "2024.2", "2026.2"}
 
 
-@pytest.mark.skipif(not REAL_2026.exists(), reason="real 2026 export not available")
 def test_2026_tables_match_real_export(generated: dict) -> None:
     """Tables we share with a real 2026.2 export have exactly its columns."""
     real = sqlite3.connect(f"file:{REAL_2026}?mode=ro", uri=True)
