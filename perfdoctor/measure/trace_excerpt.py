@@ -32,6 +32,7 @@ from perfdoctor.measure.steps import Steps
 from perfdoctor.model import Timeline
 from perfdoctor.table import Table
 
+MAX_RECTS = 2000  # per rank, kernels after merging (half the HTML excerpt's: 64 ranks in one file)
 MAX_COPIES = 1000  # per rank, copies and fills after merging
 MAX_CALLS = 2000  # per rank, launch-thread CUDA API slices after merging
 MAX_RANGES = 1000  # per rank, NVTX ranges (the longest)
@@ -76,8 +77,8 @@ def run_trace(excerpts: dict[int, TraceExcerpt], peers: PeerWaits) -> RunTrace:
     """Put the ranks' excerpts on the aligned clock and pick the waits both of whose ends are drawn."""
     clock = {r: peers.clock_ns.get(r, int(ex.session_start_utc_ns or 0)) for r, ex in excerpts.items()}
     aligned = peers.clock_residual_us is not None  # else no collective matched: session clocks only
-    out = RunTrace(excerpts, clock, {r: "collectives" if aligned and r in peers.clock_ns else "session" for r in excerpts},
-                   peers.clock_residual_us)
+    source = {r: "collectives" if aligned and r in peers.clock_ns else "session" for r in excerpts}
+    out = RunTrace(excerpts, clock, source, peers.clock_residual_us)
     w = peers.waited
     if not excerpts or not w or not w["rank"].size:
         return out
@@ -109,8 +110,8 @@ def middle_step(steps: Steps) -> int:
 def trace_excerpt(tl: Timeline, kcls: Table, ccls: Table, act: Activity, steps: Steps, groups: GroupLabels,
                   by_group: GroupComm, config: dict[str, Any]) -> TraceExcerpt | None:
     """The Perfetto excerpt of one timeline, or None when it has no kernels or no steps."""
-    ex = excerpt(tl, kcls, act, steps, groups, by_group, config, step_index=middle_step(steps) if len(steps) else 0,
-                 with_groups=True)
+    ex = excerpt(tl, kcls, act, steps, groups, by_group, config, max_rects=MAX_RECTS,
+                 step_index=middle_step(steps) if len(steps) else 0, with_groups=True)
     if ex is None:
         return None
     lo = ex.step_start_ns

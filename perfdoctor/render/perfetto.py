@@ -132,7 +132,7 @@ class _Trace:
               at: _Clock) -> None:
         for r, segs in paths.items():
             self.slices(pids[r], "critical path", ORDER["critical path"],
-                        [(at.us(r, _path_ns(s["start_ns"], r, at.clock)), at.us(r, _path_ns(s["end_ns"], r, at.clock)),
+                        [(at.path(r, s["start_ns"]), at.path(r, s["end_ns"]),
                           str(s.get("cause")), "critical_path",
                           {"cause": s.get("cause"), "what": s.get("what"), "inferred": bool(s.get("inferred")),
                            "rank": s.get("rank", r)}) for s in segs])
@@ -162,8 +162,7 @@ class _Trace:
                                                                 + round(ex.kernels.step_ms * 1e6)))]
                 else:
                     segs = _paths(report).get(r) or []
-                    rows = [(at.us(r, _path_ns(segs[0]["start_ns"], r, at.clock)),
-                             at.us(r, _path_ns(segs[-1]["end_ns"], r, at.clock)))] if segs else [(0.0, 0.0)]
+                    rows = [(at.path(r, segs[0]["start_ns"]), at.path(r, segs[-1]["end_ns"]))] if segs else [(0.0, 0.0)]
                 self.slices(pids[r], f"finding: {f.get('rule')}", ORDER["findings"],
                             [(a, b, name, "finding", args) for a, b in rows])
 
@@ -252,6 +251,10 @@ class _Clock:
 
     def us_aligned(self, ns: int) -> float:
         return round((ns - self.origin) / NS_PER_US, 3)
+
+    def path(self, rank: int, ns: int) -> float:
+        """A path time (file clock or UTC, see UTC_NS) in µs from the origin."""
+        return self.us_aligned(_path_ns(ns, rank, self.clock))
 
 
 def _path_ns(ns: int, rank: int, clock: dict[int, int]) -> int:
