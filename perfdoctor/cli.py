@@ -136,15 +136,15 @@ def analyze(paths: tuple[Path, ...], output_format: str, output: Path | None, tp
     """Measure where each GPU's time goes and print the breakdown."""
     from perfdoctor import api
     from perfdoctor.heap import keep_freed_memory
-    from perfdoctor.load.config_file import user_config
+    from perfdoctor.invocation import analysis_config
     from perfdoctor.render.terminal import analysis_progress
 
     keep_freed_memory()
 
-    check_outputs({"--output": output, "--html": html, "--markdown": markdown, "--perfetto": perfetto},
-                  [*paths, *rules, *([config_file] if config_file else [])])
-    config, sources = user_config(config_file, {"tp": tp, "pp": pp, "vpp": vpp, "cp": cp, "dp": dp, "ep": ep,
-                                                "num_microbatches": num_microbatches})
+    config, sources = analysis_config(list(paths), {"tp": tp, "pp": pp, "vpp": vpp, "cp": cp, "dp": dp, "ep": ep,
+                                                    "num_microbatches": num_microbatches}, config_file, list(rules),
+                                      {"--output": output, "--html": html, "--markdown": markdown,
+                                       "--perfetto": perfetto})
     with analysis_progress() as progress:
         report = api.analyze(list(paths), config, progress=progress, rules_dirs=list(rules) or None,
                              timeline_excerpts=html is not None, config_sources=sources, allow_mixed=allow_mixed,
@@ -243,15 +243,12 @@ def diff(base: Path, head: Path, output_format: str, output: Path | None, html: 
     """Compare two runs: per-metric deltas against noise, new / resolved / changed findings."""
     from perfdoctor import api
     from perfdoctor.heap import keep_freed_memory
-    from perfdoctor.load.config_file import user_config
+    from perfdoctor.invocation import diff_config
 
     keep_freed_memory()
 
-    if fail_on_regression is not None and fail_on_regression < 0:
-        raise UsageError("--fail-on-regression must be a percentage >= 0")
-    check_outputs({"--output": output, "--html": html, "--markdown": markdown, "--perfetto": perfetto},
-                  [base, head, *([config_file] if config_file else [])])
-    config, sources = user_config(config_file, {})
+    config, sources = diff_config(base, head, config_file, {"--output": output, "--html": html, "--markdown": markdown,
+                                                            "--perfetto": perfetto}, fail_on_regression)
     d = api.diff(base, head, config, config_sources=sources, allow_mixed=allow_mixed,
                  trace_excerpts=perfetto is not None)
     if perfetto is not None:
@@ -389,6 +386,19 @@ def synth(scenario: Path, out: Path, seed: int | None, schema: str | None, trace
 
     for path in run_scenario(scenario, out, seed=seed, schema=schema, fmt=trace_format):
         click.echo(str(path))
+
+
+@app.command()
+def mcp() -> None:
+    """Serve the analysis to coding agents: a Model Context Protocol server over stdio (tools analyze, explain,
+    diff, rules). Needs the MCP SDK: pip install 'perfdoctor[mcp]'."""
+    try:
+        from perfdoctor.mcp_server import serve
+    except ImportError as exc:
+        if exc.name is None or not exc.name.startswith("mcp"):
+            raise
+        raise UsageError("perfdoctor mcp needs the MCP SDK: pip install 'perfdoctor[mcp]'") from None
+    serve()
 
 
 SEVERITY_RANK = {"high": 3, "medium": 2, "low": 1, "info": 0}
