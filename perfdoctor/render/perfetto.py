@@ -89,7 +89,7 @@ class _Trace:
                 "steps_drawn": {str(r): {"step": ex.kernels.step_index, "of": ex.kernels.step_count,
                                          "pixel_us": ex.kernels.pixel_us, "kernels": ex.kernels.kernels,
                                          "dropped": ex.dropped} for r, ex in excerpts.items()},
-                "path": "report" if paths else "measured (no blocking path in the report)"}
+                "path": "report" if paths else "measured (no blocking path in the report)" if excerpts else "none"}
 
     @staticmethod
     def _origin(excerpts: dict[int, Any], clock: dict[int, int], paths: dict[int, list[dict[str, Any]]]) -> int:
