@@ -96,13 +96,14 @@ def pid_of(tracks: dict[str, Any], name: str) -> int:
 
 @cache
 def analysed(sample: str) -> tuple[Any, dict[str, Any], str]:
-    path = REAL_H100 if sample == "real_h100" else SAMPLES / sample
+    path = {"real_h100": REAL_H100, "kineto_h100": REPO / "tests" / "data" / "h100" / "gpt_eager.json.gz"}.get(
+        sample, SAMPLES / sample)
     report = api.analyze([path], jobs=1, trace_excerpts=True)
     data = report_dict(report)
     return report, data, render_perfetto([("", data, report.run_trace)])
 
 
-SAMPLE_RUNS = ["pp_1f1b", "per_node", "exposed_dp", "ln_blocked", "host_bound", "gc_jitter", "real_h100"]
+SAMPLE_RUNS = ["pp_1f1b", "per_node", "exposed_dp", "ln_blocked", "host_bound", "gc_jitter", "real_h100", "kineto_h100"]
 
 
 @pytest.mark.parametrize("sample", SAMPLE_RUNS)
