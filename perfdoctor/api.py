@@ -36,6 +36,7 @@ from perfdoctor.measure.pipeline import theory
 from perfdoctor.measure.ranks import peer_metrics, rank_metrics, rank_stages, stage_evidence
 from perfdoctor.measure.step_series import step_series
 from perfdoctor.measure.steps import find_steps
+from perfdoctor.measure.trace_excerpt import run_trace, trace_excerpt
 from perfdoctor.measure.work_units import kernel_work
 from perfdoctor.model import DeviceSummary, Report, Run, Timeline, TimelineInfo, TraceInfo
 from perfdoctor.sample import glance, pick
@@ -49,7 +50,7 @@ def analyze(paths: list[Path | str], config: dict[str, Any] | None = None,
             rules_dirs: list[Path | str] | None = None, timeline_excerpts: bool = True,
             jobs: int | None = None, dask: str | None = None, sample: int | None = None,
             config_sources: dict[str, str] | None = None, allow_mixed: bool = False,
-            device_memory_bytes: int | None = None) -> Report:
+            device_memory_bytes: int | None = None, trace_excerpts: bool = False) -> Report:
     """Analyse trace files or run directories into one Report; ``progress(done, total, what)`` is
     called as each file's ranks are analysed (the CLI's progress bar). Findings come from the shipped
     rules plus those in ``rules_dirs`` (loaded first, so a bad rule file fails before the analysis).
@@ -59,7 +60,9 @@ def analyze(paths: list[Path | str], config: dict[str, Any] | None = None,
     representative files of a large run (perfdoctor.sample), and say so in the warnings.
     ``config_sources`` says where each ``config`` value came from (default "cli"); ``allow_mixed``
     analyses inputs that are several captures as one. ``device_memory_bytes`` (``--device-memory``): the
-    GPU's memory for the headroom rules, over what the trace's GPU table says."""
+    GPU's memory for the headroom rules, over what the trace's GPU table says. ``trace_excerpts``: keep one
+    step of every rank and the waits between ranks on one clock for the Perfetto timeline (``--perfetto``;
+    perfdoctor.measure.trace_excerpt)."""
     rules = load_rules(rules_dirs)
     files = discover([Path(p) for p in paths])
     found = discover_snapshots([Path(p) for p in paths])
@@ -70,7 +73,7 @@ def analyze(paths: list[Path | str], config: dict[str, Any] | None = None,
     sampled = None
     if sample is not None:
         files, sampled = pick(run_tasks(glance, files, jobs, dask), sample, cli)
-    tasks = [FileTask(path, cli, timeline_excerpts) for path in files]
+    tasks = [FileTask(path, cli, timeline_excerpts, trace_excerpts) for path in files]
     results = run_tasks(analyze_file, tasks, jobs, dask, progress)
     run = Run(traces=[r.trace for r in results], timelines=[rank.info for r in results for rank in r.ranks])
     for info in run.traces:
@@ -112,6 +115,9 @@ def analyze(paths: list[Path | str], config: dict[str, Any] | None = None,
     report = Report(tool_version=__version__, run=run, devices=devices,
                     metrics={"all": metrics_all, "ranks": per_rank}, warnings=warnings, series=series,
                     excerpts=excerpts)
+    if trace_excerpts:
+        report.run_trace = run_trace({rank.info.rank: rank.trace_excerpt for rank in ranks
+                                      if rank.trace_excerpt is not None}, waits)
     report.findings = diagnose(report, rules)
     return report
 
@@ -123,6 +129,7 @@ class FileTask:
     path: Path
     config: dict[str, Any]
     excerpts: bool
+    trace_excerpts: bool = False
 
 
 @dataclass
@@ -135,6 +142,7 @@ class RankResult:
     series: dict[str, list[float]] | None
     excerpt: Any
     collectives: Collectives | None
+    trace_excerpt: Any = None
 
 
 @dataclass
@@ -142,6 +150,7 @@ class FileResult:
     trace: TraceInfo
     config: dict[str, Any]  # the config its ranks were classified with
     excerpts: bool
+    trace_excerpts: bool = False
     ranks: list[RankResult] = field(default_factory=list)
 
 
@@ -152,8 +161,8 @@ def _reclassify(results: list[FileResult], config: dict[str, Any], jobs: int | N
     stale = [i for i, r in enumerate(results) if r.config != config]
     if not stale:
         return results
-    again = run_tasks(analyze_file, [FileTask(results[i].trace.path, config, results[i].excerpts) for i in stale],
-                      jobs, dask)
+    again = run_tasks(analyze_file, [FileTask(results[i].trace.path, config, results[i].excerpts,
+                                              results[i].trace_excerpts) for i in stale], jobs, dask)
     results = list(results)
     for i, result in zip(stale, again):
         for old, new in zip(results[i].ranks, result.ranks):
@@ -186,13 +195,13 @@ def analyze_file(task: FileTask) -> FileResult:
     run = Run(traces=[trace], timelines=timelines)
     assign_ranks(run)  # provisional (within the file); the run-level assignment has the last word
     merge_config(run, task.config)
-    result = FileResult(trace, run.config, task.excerpts)
+    result = FileResult(trace, run.config, task.excerpts, task.trace_excerpts)
     while timelines:
-        result.ranks.append(analyze_timeline(timelines.pop(0), run.config, task.excerpts))
+        result.ranks.append(analyze_timeline(timelines.pop(0), run.config, task.excerpts, task.trace_excerpts))
     return result
 
 
-def analyze_timeline(tl: Timeline, config: dict[str, Any], excerpts: bool) -> RankResult:
+def analyze_timeline(tl: Timeline, config: dict[str, Any], excerpts: bool, trace_excerpts: bool = False) -> RankResult:
     """One rank: classify → measure → summary. Where the task has a second core, measurements that do not
     need each other run beside each other (:func:`perfdoctor.cores.beside`): the host gaps and launch
     statistics (they need only the timeline, its steps and activity) beside the group labelling and the
@@ -217,6 +226,8 @@ def analyze_timeline(tl: Timeline, config: dict[str, Any], excerpts: bool) -> Ra
         return result
     by_group = group_comm(tl.kernels, act, groups.codes, len(GROUPS))
     result.excerpt = excerpt(tl, kcls, act, steps, groups, by_group, config) if excerpts else None
+    if trace_excerpts:
+        result.trace_excerpt = trace_excerpt(tl, kcls, ccls, act, steps, groups, by_group, config)
     series_later = beside(step_series, tl.kernels, act, steps, groups, by_group)
     work_later = beside(kernel_work, tl.kernels, kcls, steps)
     gaps = gaps_later.result() if gaps_later else None
@@ -255,17 +266,27 @@ def memory(paths: list[Path | str], device_total_bytes: int | None = None,
 
 
 def diff(base: Path | str, head: Path | str, config: dict[str, Any] | None = None,
-         config_sources: dict[str, str] | None = None, allow_mixed: bool = False) -> Diff:
-    """Compare two runs (each a trace, a run directory or a saved JSON report): BASE → HEAD."""
+         config_sources: dict[str, str] | None = None, allow_mixed: bool = False, trace_excerpts: bool = False) -> Diff:
+    """Compare two runs (each a trace, a run directory or a saved JSON report): BASE → HEAD.
+    ``trace_excerpts``: keep each analysed side's RunTrace in ``Diff.sides`` (for ``--perfetto``)."""
     from perfdoctor.diff import compare, read_report  # only `perfdoctor diff` needs them
     from perfdoctor.render.json import report_dict
 
+    sides: list[tuple[dict[str, Any], Any]] = []
+
     def side(path: Path) -> dict[str, Any]:
         saved = read_report(path)
-        return saved if saved is not None else report_dict(
-            analyze([path], config, config_sources=config_sources, allow_mixed=allow_mixed))
+        if saved is not None:
+            sides.append((saved, None))
+            return saved
+        report = analyze([path], config, config_sources=config_sources, allow_mixed=allow_mixed,
+                         trace_excerpts=trace_excerpts)
+        sides.append((report_dict(report), report.run_trace))
+        return sides[-1][0]
 
     impact = {r.id: r.spec["impact"]["metric"] for r in load_rules() if isinstance(r.spec.get("impact"), dict)
               and r.spec["impact"].get("metric")}
-    return compare(side(Path(base)), side(Path(head)), str(base), str(head), impact)
+    d = compare(side(Path(base)), side(Path(head)), str(base), str(head), impact)
+    d.sides = sides if trace_excerpts else []
+    return d
 

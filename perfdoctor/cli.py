@@ -109,6 +109,9 @@ def _gib_bytes(gib: float | None) -> int | None:
 @click.option("--num-microbatches", type=int, help="Micro-batches per step.")
 @click.option("--html", type=PATH, help="Also write a self-contained HTML report.")
 @click.option("--markdown", type=PATH, help="Also write a Markdown report (PR comment).")
+@click.option("--perfetto", type=PATH, help=(
+    "Also write a Perfetto / Chrome-trace timeline (JSON): one step of every rank on the aligned clock, the "
+    "critical path, findings and waits for peers; open it at ui.perfetto.dev."))
 @click.option("--plotly-js", type=PLOTLY_JS, default="inline", help="HTML: inline plotly.js (offline) or a CDN link.")
 @click.option("--fail-on", type=click.Choice(["high", "medium", "low"]),
               help="Exit 1 when a finding has this severity or higher (CI gating).")
@@ -127,26 +130,32 @@ def _gib_bytes(gib: float | None) -> int | None:
     "pass, the rest spread over ranks)."))
 def analyze(paths: tuple[Path, ...], output_format: str, output: Path | None, tp: int | None, pp: int | None,
             vpp: int | None, cp: int | None, dp: int | None, ep: int | None, num_microbatches: int | None,
-            html: Path | None, markdown: Path | None, plotly_js: str, fail_on: str | None, rules: tuple[Path, ...],
-            config_file: Path | None, allow_mixed: bool, device_memory: float | None, jobs: int | None,
-            dask: str | None, sample: int | None) -> None:
+            html: Path | None, markdown: Path | None, perfetto: Path | None, plotly_js: str, fail_on: str | None,
+            rules: tuple[Path, ...], config_file: Path | None, allow_mixed: bool, device_memory: float | None,
+            jobs: int | None, dask: str | None, sample: int | None) -> None:
     """Measure where each GPU's time goes and print the breakdown."""
     from perfdoctor import api
     from perfdoctor.heap import keep_freed_memory
-    from perfdoctor.load.config_file import user_config
+    from perfdoctor.invocation import analysis_config
     from perfdoctor.render.terminal import analysis_progress
 
     keep_freed_memory()
 
-    check_outputs({"--output": output, "--html": html, "--markdown": markdown},
-                  [*paths, *rules, *([config_file] if config_file else [])])
-    config, sources = user_config(config_file, {"tp": tp, "pp": pp, "vpp": vpp, "cp": cp, "dp": dp, "ep": ep,
-                                                "num_microbatches": num_microbatches})
+    config, sources = analysis_config(list(paths), {"tp": tp, "pp": pp, "vpp": vpp, "cp": cp, "dp": dp, "ep": ep,
+                                                    "num_microbatches": num_microbatches}, config_file, list(rules),
+                                      {"--output": output, "--html": html, "--markdown": markdown,
+                                       "--perfetto": perfetto})
     with analysis_progress() as progress:
         report = api.analyze(list(paths), config, progress=progress, rules_dirs=list(rules) or None,
                              timeline_excerpts=html is not None, config_sources=sources, allow_mixed=allow_mixed,
-                             device_memory_bytes=_gib_bytes(device_memory), jobs=jobs, dask=dask, sample=sample)
+                             device_memory_bytes=_gib_bytes(device_memory), jobs=jobs, dask=dask, sample=sample,
+                             trace_excerpts=perfetto is not None)
     _write_reports(report, html, markdown, plotly_js)
+    if perfetto is not None:
+        from perfdoctor.render.json import report_dict
+        from perfdoctor.render.perfetto import render_perfetto
+
+        _emit(render_perfetto([("", report_dict(report), report.run_trace)]), perfetto)
     if output_format == "json":
         from perfdoctor.render.json import render_json
 
@@ -219,6 +228,9 @@ def explain(rule_id: str, rules: tuple[Path, ...]) -> None:
 @click.option("--output", "-o", type=PATH, help="Write to FILE instead of stdout.")
 @click.option("--html", type=PATH, help="Also write the diff as a self-contained HTML page.")
 @click.option("--markdown", type=PATH, help="Also write the diff as Markdown.")
+@click.option("--perfetto", type=PATH, help=(
+    "Also write both runs as one Perfetto / Chrome-trace timeline (JSON), the base above the head (a saved JSON "
+    "report side has only its path and findings)."))
 @click.option("--plotly-js", type=PLOTLY_JS, default="inline", help="HTML: inline plotly.js or link the CDN.")
 @click.option("--fail-on-regression", type=float, metavar="PCT", help=(
     "Exit 1 when the median step time (per unit of work for window-only captures) grew by more than PCT %, "
@@ -226,20 +238,24 @@ def explain(rule_id: str, rules: tuple[Path, ...]) -> None:
 @config_option
 @allow_mixed_option
 def diff(base: Path, head: Path, output_format: str, output: Path | None, html: Path | None, markdown: Path | None,
-         plotly_js: str, fail_on_regression: float | None, config_file: Path | None, allow_mixed: bool) -> None:
+         perfetto: Path | None, plotly_js: str, fail_on_regression: float | None, config_file: Path | None,
+         allow_mixed: bool) -> None:
     """Compare two runs: per-metric deltas against noise, new / resolved / changed findings."""
     from perfdoctor import api
     from perfdoctor.heap import keep_freed_memory
-    from perfdoctor.load.config_file import user_config
+    from perfdoctor.invocation import diff_config
 
     keep_freed_memory()
 
-    if fail_on_regression is not None and fail_on_regression < 0:
-        raise UsageError("--fail-on-regression must be a percentage >= 0")
-    check_outputs({"--output": output, "--html": html, "--markdown": markdown},
-                  [base, head, *([config_file] if config_file else [])])
-    config, sources = user_config(config_file, {})
-    d = api.diff(base, head, config, config_sources=sources, allow_mixed=allow_mixed)
+    config, sources = diff_config(base, head, config_file, {"--output": output, "--html": html, "--markdown": markdown,
+                                                            "--perfetto": perfetto}, fail_on_regression)
+    d = api.diff(base, head, config, config_sources=sources, allow_mixed=allow_mixed,
+                 trace_excerpts=perfetto is not None)
+    if perfetto is not None:
+        from perfdoctor.render.perfetto import render_perfetto
+
+        _emit(render_perfetto([(label, report, trace) for label, (report, trace) in zip(("base", "head"), d.sides)]),
+              perfetto)
     if html is not None:
         from perfdoctor.render.diff_html import render_diff_html
 
@@ -370,6 +386,19 @@ def synth(scenario: Path, out: Path, seed: int | None, schema: str | None, trace
 
     for path in run_scenario(scenario, out, seed=seed, schema=schema, fmt=trace_format):
         click.echo(str(path))
+
+
+@app.command()
+def mcp() -> None:
+    """Serve the analysis to coding agents: a Model Context Protocol server over stdio (tools analyze, explain,
+    diff, rules). Needs the MCP SDK: pip install 'perfdoctor[mcp]'."""
+    try:
+        from perfdoctor.mcp_server import serve
+    except ImportError as exc:
+        if exc.name is None or not exc.name.startswith("mcp"):
+            raise
+        raise UsageError("perfdoctor mcp needs the MCP SDK: pip install 'perfdoctor[mcp]'") from None
+    serve()
 
 
 SEVERITY_RANK = {"high": 3, "medium": 2, "low": 1, "info": 0}

@@ -81,6 +81,8 @@ class Diff:
     gone_findings: list[tuple[dict[str, Any], str]] = field(default_factory=list)
     base_all: dict[str, Any] = field(default_factory=dict)  # metrics.all of each side, for charts
     head_all: dict[str, Any] = field(default_factory=dict)
+    # (report dict, RunTrace or None) of the base and the head, kept only for the Perfetto timeline
+    sides: list[tuple[dict[str, Any], Any]] = field(default_factory=list)
 
     @property
     def step_regression_pct(self) -> float:

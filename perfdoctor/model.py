@@ -242,3 +242,6 @@ class Report:
     # Per device (aligned with ``devices``), the representative step drawn per stream for the HTML
     # timeline (perfdoctor.measure.excerpt.Excerpt, or None); not part of the JSON report.
     excerpts: list[Any] = field(default_factory=list)
+    # One step of every rank on the aligned clock, with the waits between ranks, for the Perfetto timeline
+    # (perfdoctor.measure.trace_excerpt.RunTrace; only when asked for); not part of the JSON report.
+    run_trace: Any = None

@@ -54,6 +54,12 @@ EXCLUDED = {
     "llama3_8b_pretrain_config ...": CAPTURE_ON_GPUS,
     "perfdoctor capture --steps 10-12 -- torchrun --nproc_per_node 8 -m nemo_run.core.runners.fdl_runner ...":
         CAPTURE_ON_GPUS,
+    "perfdoctor capture --out runs/base --steps 10-12 -- torchrun --nproc_per_node 8 pretrain_gpt.py ...":
+        CAPTURE_ON_GPUS,
+    "perfdoctor capture --out runs/head --steps 10-12 -- torchrun --nproc_per_node 8 pretrain_gpt.py ... "
+    "--overlap-grad-reduce": CAPTURE_ON_GPUS,
+    "pip install '.[mcp]'": "installs the MCP SDK from the package index; .ci/run installs the wheel with the mcp "
+                            "extra, and tests/test_mcp.py drives `perfdoctor mcp` with the SDK's own client",
 }
 
 
@@ -98,6 +104,14 @@ RUNS = {
     "perfdoctor analyze traces/head --format json -o head.json --html head.html --markdown head.md --fail-on high":
         Check(rc=1, writes=(("head.json", "exposed-dp-comm"), ("head.html", "<html"), ("head.md", r"exposed\\?-dp\\?-comm"))),
     "perfdoctor analyze traces/base --format json -o base.json": Check(writes=(("base.json", '"findings"'),)),
+    "perfdoctor analyze RUN_DIR --perfetto run.perfetto.json":
+        Check(writes=(("run.perfetto.json", r'^\{"traceEvents":\[.*"process_name".*"critical path'),)),
+    "perfdoctor diff traces/base traces/head --perfetto diff.perfetto.json":
+        Check(writes=(("diff.perfetto.json", r'"base \\u00b7 rank 0".*"head \\u00b7 rank 0"'),)),
+    "perfdoctor analyze runs/base --format json -o base.json": Check(writes=(("base.json", "exposed-dp-comm"),)),
+    "perfdoctor explain exposed-dp-comm": Check(prints="overlap"),
+    "perfdoctor diff runs/base runs/head --format json -o diff.json":
+        Check(writes=(("diff.json", r'"step_regression_pct": 0\.0'),)),
     "perfdoctor diff base.json head.json --markdown diff.md --html diff.html --fail-on-regression 5":
         Check(rc=1, writes=(("diff.md", "Step time"), ("diff.html", "<html"))),
 }
@@ -161,6 +175,9 @@ def scene(tmp_path_factory: pytest.TempPathFactory) -> Path:
     (root / "megatron_args.yaml").write_text("tensor_model_parallel_size: 2\npipeline_model_parallel_size: 4\n"
                                              "hidden_size: 2048\nnum_layers: 8\n")
     shutil.copytree(SAMPLES / "clean_baseline", root / "traces" / "base")
+    # docs/agents.md's loop: the base exposes DP comm, the head (one knob later) does not
+    shutil.copytree(SAMPLES / "exposed_dp", root / "runs" / "base", ignore=shutil.ignore_patterns("*.truth.json"))
+    shutil.copytree(SAMPLES / "clean_baseline", root / "runs" / "head", ignore=shutil.ignore_patterns("*.truth.json"))
     shutil.copytree(SAMPLES / "exposed_dp", root / "traces" / "head")
     env = _perfdoctor_on_path(root / ".bin")
     for name, sample in (("base", "clean_baseline"), ("head", "exposed_dp")):

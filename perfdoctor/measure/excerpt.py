@@ -30,6 +30,7 @@ WIDTH_PX = 1600  # the plot's drawing width the merge threshold is computed for
 MAX_RECTS = 4000  # per timeline, kernels after merging
 MAX_HIGHLIGHTS = 1500  # per timeline, all kinds together
 NS_PER_US = 1e3
+GROUP_SEP = "\x1f"  # joins category and group into one merge key (never in a category name)
 
 
 @dataclass
@@ -58,11 +59,14 @@ def representative_step(steps: Steps) -> int:
 
 
 def excerpt(tl: Timeline, kcls: Table, act: Activity, steps: Steps, groups: GroupLabels, by_group: GroupComm,
-            config: dict[str, Any], width_px: int = WIDTH_PX, max_rects: int = MAX_RECTS) -> Excerpt | None:
-    """The excerpt of one timeline, or None when it has no kernels or no steps."""
+            config: dict[str, Any], width_px: int = WIDTH_PX, max_rects: int = MAX_RECTS,
+            step_index: int | None = None, with_groups: bool = False) -> Excerpt | None:
+    """The excerpt of one timeline, or None when it has no kernels or no steps. ``step_index``: draw that
+    step instead of the representative one; ``with_groups``: kernels of different parallel groups are never
+    merged, and each rectangle names its group (``None`` for compute)."""
     if tl.device_id is None or not len(steps) or not len(tl.kernels):
         return None
-    i = representative_step(steps)
+    i = representative_step(steps) if step_index is None else step_index
     lo, hi = int(steps.starts[i]), int(steps.ends[i])
     one = Steps(np.array([lo], dtype=np.int64), np.array([hi], dtype=np.int64), steps.source)
     k = tl.kernels
@@ -72,13 +76,18 @@ def excerpt(tl: Timeline, kcls: Table, act: Activity, steps: Steps, groups: Grou
                   step_ms=(hi - lo) / 1e6, kernels=int(inside.size), pixel_us=0.0)
     category_codes, categories = class_codes(kcls)["category"]
     category = np.array(categories, dtype=object)[category_codes[inside]]
+    if with_groups:  # merged by category and group together (one label per pair), split again below
+        labels = np.array([c if g is None else f"{c}{GROUP_SEP}{g}" for c in categories for g in (None, *GROUPS)],
+                          dtype=object)
+        category = labels[category_codes[inside].astype(np.int64) * (len(GROUPS) + 1)
+                          + groups.codes[inside].astype(np.int64) + 1]
     names = k["short_name"][inside].decode()  # only the step's kernels are named
     # Widen the pixel until the cap holds; if alternating categories still exceed it when a pixel is the
     # whole step, merge narrow kernels across categories too (drawn as "mixed").
     for mixed in (False, True):
         pixel = max((hi - lo) / width_px, 1.0)
         while True:
-            rects = _merge(start[inside], end[inside], k.col("stream")[inside], category,
+            rects = merge_runs(start[inside], end[inside], k.col("stream")[inside], category,
                            names, pixel, mixed)
             if len(rects["start"]) <= max_rects or pixel > hi - lo:
                 break
@@ -91,11 +100,15 @@ def excerpt(tl: Timeline, kcls: Table, act: Activity, steps: Steps, groups: Grou
                   "name": str(n), "count": int(m)}
                  for s, a, b, c, n, m in zip(rects["stream"], rects["start"], rects["end"], rects["category"],
                                              rects["name"], rects["count"])]
-    out.highlights = _highlights(tl, kcls, act, one, groups, by_group, config, pixel)[:MAX_HIGHLIGHTS]
+    if with_groups:
+        for rect in out.rects:
+            rect["category"], _, g = rect["category"].partition(GROUP_SEP)
+            rect["group"] = g or None
+    out.highlights = highlights(tl, kcls, act, one, groups, by_group, config, pixel)[:MAX_HIGHLIGHTS]
     return out
 
 
-def _merge(start: np.ndarray, end: np.ndarray, stream: np.ndarray, category: np.ndarray, name: np.ndarray,
+def merge_runs(start: np.ndarray, end: np.ndarray, stream: np.ndarray, category: np.ndarray, name: np.ndarray,
            pixel: float, mixed: bool = False) -> dict[str, np.ndarray]:
     """Merge runs of narrow kernels on a stream whose gaps are below one pixel: of the same category,
     or of any category when ``mixed`` (a run of several categories is then called "mixed")."""
@@ -125,7 +138,7 @@ def _merge(start: np.ndarray, end: np.ndarray, stream: np.ndarray, category: np.
             "name": name[head], "count": np.diff(np.append(first, n))}
 
 
-def _highlights(tl: Timeline, kcls: Table, act: Activity, one: Steps, groups: GroupLabels, by_group: GroupComm,
+def highlights(tl: Timeline, kcls: Table, act: Activity, one: Steps, groups: GroupLabels, by_group: GroupComm,
                 config: dict[str, Any], pixel: float) -> list[dict[str, Any]]:
     lo, hi = int(one.starts[0]), int(one.ends[0])
     k = tl.kernels

@@ -68,7 +68,7 @@ def host_gaps(tl: Timeline, steps: Steps, busy: iv.Intervals) -> HostGaps:
     next_launch, _, next_tid = calls_of(next_corr, tl.api)
     if not has_next.all():
         # No later op: the CPU never launched again within the trace; look at the main launching thread.
-        next_tid = np.where(has_next, next_tid, _main_thread(tl))
+        next_tid = np.where(has_next, next_tid, main_thread(tl))
     unknown = has_next & (next_launch < 0)
     host_caused = ~unknown & (~has_next | (next_launch >= g0))
 
@@ -114,7 +114,7 @@ def _next_ops(tl: Timeline, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return first < np.iinfo(np.int64).max, corr
 
 
-def _main_thread(tl: Timeline) -> int:
+def main_thread(tl: Timeline) -> int:
     """The thread that launched most device work (−1 when no launch call is known)."""
     call_tid = np.concatenate([kernel_launch_calls(tl)[2], launch_calls(tl.memcpy, tl.api)[2],
                                launch_calls(tl.memset, tl.api)[2]])

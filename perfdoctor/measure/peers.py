@@ -63,6 +63,12 @@ class PeerWaits:
     late_ms: dict[str, float]  # per rank: median per step of the others' wait it caused
     clock_residual_us: float | None
     straggler: Straggler | None
+    # Per rank, the ns to add to its file-clock times to put them on the run's aligned clock (its file's
+    # session start plus the collective-end shift); ranks without matched collectives are absent.
+    clock_ns: dict[int, int] = field(default_factory=dict)
+    # Every wait of a rank for a later member (columns: rank, g, start = its arrival, wait ns, late rank,
+    # late_start = the late member's arrival), on the aligned clock: the Perfetto timeline's arrows.
+    waited: dict[str, np.ndarray] = field(default_factory=dict)
 
 
 def match(cols: dict[int, Collectives], exposed_ms: dict[int, dict[str, float | None]],
@@ -111,8 +117,12 @@ def match(cols: dict[int, Collectives], exposed_ms: dict[int, dict[str, float | 
                               if ms > 0},
             "matched": len(ok), "instances": total}
     late = _late_per_rank(done, cols)
+    clock = {r: int(cols[r].session_start_utc_ns or 0) + offsets[r] for r in cols}
+    rows = np.flatnonzero((done["late"] != done["rank"]) & (done["wait"] > 0))
+    waited = {"rank": done["rank"][rows], "g": done["g"][rows], "start": done["a_start"][rows],
+              "wait": done["wait"][rows], "late": done["late"][rows], "late_start": last[rows]}
     return PeerWaits(metrics, evidence, {str(r): v for r, v in late.items()},
-                     None if residual is None else residual / 1e3, _straggler(done, cols, late))
+                     None if residual is None else residual / 1e3, _straggler(done, cols, late), clock, waited)
 
 
 def _of_rank(per_rank: dict[int, int], ranks: np.ndarray) -> np.ndarray:
