@@ -107,13 +107,29 @@ def analyze(paths: list[Path | str], config: dict[str, Any] | None = None,
         flag = "--" + missing[0].replace("_", "-")
         warnings.append(f"pipeline bubble theory needs {', '.join(missing)} (give it with {flag})")
     if any(d.step_source == "window" for d in devices if d.window):
-        warnings.append("no step markers found (perfdoctor `step` or `ProfilerStep#N` ranges): "
-                        "the whole capture window is treated as one step")
+        warnings.append("no step markers found (perfdoctor `step` or `ProfilerStep#N` ranges, framework or "
+                        "repeating NVTX ranges, optimizer period): the whole capture window is treated as one step")
+    warnings.extend(before_steps(devices))
     report = Report(tool_version=__version__, run=run, devices=devices,
                     metrics={"all": metrics_all, "ranks": per_rank}, warnings=warnings, series=series,
                     excerpts=excerpts)
     report.findings = diagnose(report, rules)
     return report
+
+
+def before_steps(devices: list[DeviceSummary]) -> list[str]:
+    """One warning when the steps leave out the work before the first of them: init and warm-up ranges
+    the program named, or device time longer than a step."""
+    left = [d for d in devices if d.window and d.excluded_ns > 0
+            and (d.excluded_ranges or d.excluded_ns > (max(d.step_ns) if d.step_ns else 0))]
+    if not left:
+        return []
+    ms = sorted(d.excluded_ns for d in left)[len(left) // 2] / 1e6
+    names = list(dict.fromkeys(r for d in left for r in d.excluded_ranges))
+    named = f" (ranges {', '.join(f'`{n}`' for n in names)})" if names else ""
+    source = f"`{left[0].step_label}` ranges" if left[0].step_label else left[0].step_source
+    return [f"{ms:,.1f} ms of device work before the first step{named} is left out of every measurement "
+            f"(steps from {source}; {len(left)} of {len(devices)} devices)"]
 
 
 @dataclass(frozen=True)

@@ -163,8 +163,14 @@ def _overview(dev: DeviceSummary) -> Table:
     t.add_row("window", f"{span / NS_PER_MS:,.2f} ms" if dev.window else "no events")
     steps = len(dev.step_ns)
     step_note = {"window": "no step markers: whole window = 1 step", "nvtx-step": "perfdoctor step ranges",
-                 "profiler-step": "ProfilerStep ranges"}.get(dev.step_source, dev.step_source)
+                 "profiler-step": "ProfilerStep ranges", "periodic": "optimizer period",
+                 "framework-step": f"framework ranges `{dev.step_label}`",
+                 "repeating-range": f"the run's repeating `{dev.step_label}` ranges"}.get(dev.step_source,
+                                                                                          dev.step_source)
     t.add_row("steps", f"{steps} ({step_note})")
+    if dev.excluded_ns > 0:
+        named = f" ({', '.join(dev.excluded_ranges)})" if dev.excluded_ranges else ""
+        t.add_row("before steps", f"{dev.excluded_ns / NS_PER_MS:,.2f} ms left out{named}")
     if dev.device_id is None:
         t.add_row("GPU", "no CUDA activity in this process")
         return t
