@@ -128,6 +128,15 @@ def knobs_heading(f: dict[str, Any], framework: dict[str, Any] | None) -> str:
     return "knobs (the fix)"
 
 
+def reference_line(f: dict[str, Any]) -> str:
+    """The one line that stands for a finding's reference-only knobs (the run is not recognised as
+    Megatron's, so they are not the fix): where to read them."""
+    megatron = any(k.get("megatron_bridge") or k.get("nemo") or k.get("megatron_lm")
+                   for k in f.get("knobs", []) if k.get("role") == "reference")
+    what = "Megatron settings" if megatron else "settings"
+    return f"{what} for reference: `perfdoctor explain {f['rule']}`"
+
+
 def what_if_text(knob: dict[str, Any]) -> str | None:
     what_if = knob.get("what_if")
     if not isinstance(what_if, dict):

@@ -322,14 +322,17 @@ def findings_panel(findings: list[dict], framework: dict | None = None, total_ms
                               style="dim"))
         if f.get("next_step"):
             parts.append(Text(f"       next step: {f['next_step']}"))
-        if f.get("knobs"):
+        fixes = [k for k in f.get("knobs", []) if k.get("role") != "reference"]
+        if fixes:
             parts.append(Text(f"       {sm.knobs_heading(f, framework)}:", style="dim"))
-        for knob in f.get("knobs", []):
+        for knob in fixes:
             code = " | ".join(s.code.replace("\n", "; ") for s in knob_snippets(knob))
             parts.append(Text(f"       → {code}", style="green" if knob.get("role") == "fix" else ""))
             for extra in (knob.get("note"), sm.what_if_text(knob)):
                 if extra:
                     parts.append(Text(f"         {extra}", style="dim"))
+        if len(fixes) < len(f.get("knobs", [])):  # reference only (not a recognised Megatron run): one line
+            parts.append(Text(f"       {sm.reference_line(f)}", style="dim"))
         parts.append(Text(f"       guide: {f['guide']}  (perfdoctor explain {f['rule']})", style="dim"))
     if total_ms is not None:
         parts.append(Text(f"together: {total_ms:,.2f} ms per step (overlapping findings counted once)", style="bold"))
