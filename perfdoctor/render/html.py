@@ -333,11 +333,14 @@ def _memory_figure(report: Report) -> dict[str, Any] | None:
             continue
         for key, dash in (("allocated", "solid"), ("reserved", "dot")):
             if series.get(key):
+                start = ev.get("history_start_us") or series["t_us"][0]
                 data.append({"type": "scatter", "mode": "lines", "name": f"rank {rank} {key}",
-                             "x": series["t_us"], "y": [v / 2**30 for v in series[key]], "line": {"dash": dash}})
+                             "x": [(t - start) / 1e6 for t in series["t_us"]], "y": [v / 2**30 for v in series[key]],
+                             "line": {"dash": dash}})
     if not data:
         return None
-    return {"data": data, "layout": _bar_layout("memory over the capture (GiB)", xaxis={"title": {"text": "µs"}})}
+    return {"data": data, "layout": _bar_layout("memory over the capture (GiB)",
+                                                xaxis={"title": {"text": "s after the history starts"}})}
 
 
 def _heatmap_figure(report: Report, rank_keys: list[str]) -> dict[str, Any] | None:

@@ -7,6 +7,7 @@ Missing metrics stay missing, so a trace without GPU data or labels shows fewer 
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
 from typing import Any
 
 from perfdoctor.diagnose.findings import combined_impact_ms
@@ -126,6 +127,23 @@ def knobs_heading(f: dict[str, Any], framework: dict[str, Any] | None) -> str:
         return (f"Megatron-Bridge / NeMo 2 / Megatron-LM settings for reference only: this run is not "
                 f"recognised as a Megatron run (framework: {name}); the fix is the advice above")
     return "knobs (the fix)"
+
+
+# Snapshot times are Unix microseconds (PyTorch converts its clock to Unix time); outside these years a
+# value is some other clock and gets no wall-clock time.
+_UNIX_US = (978_307_200_000_000, 4_102_444_800_000_000)  # 2001-01-01 .. 2100-01-01
+
+
+def history_time(t_us: int | None, start_us: int | None) -> str:
+    """A memory-history instant as people read it: ``+0.071 s`` after the history starts, and the wall
+    clock when the value is a Unix time (``+0.071 s, 14:03:35.120 UTC 2026-11-26``)."""
+    if t_us is None:
+        return ""
+    parts = [f"+{(t_us - start_us) / 1e6:,.3f} s after the history starts"] if start_us is not None else []
+    if _UNIX_US[0] <= t_us < _UNIX_US[1]:
+        wall = datetime.fromtimestamp(t_us / 1e6, tz=timezone.utc)
+        parts.append(wall.strftime("%Y-%m-%d %H:%M:%S.") + f"{wall.microsecond // 1000:03d} UTC")
+    return ", ".join(parts) if parts else f"t={t_us:,} µs"
 
 
 def reference_line(f: dict[str, Any]) -> str:
