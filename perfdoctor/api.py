@@ -114,7 +114,29 @@ def analyze(paths: list[Path | str], config: dict[str, Any] | None = None,
                     metrics={"all": metrics_all, "ranks": per_rank}, warnings=warnings, series=series,
                     excerpts=excerpts)
     report.findings = diagnose(report, rules)
+    if (too_little := too_little_to_analyse(devices)) is not None:
+        report.warnings.insert(0, too_little)
+        for f in report.findings:  # what such a capture shows is not evidence of a problem
+            f["severity"], f["confidence"] = "info", "low"
     return report
+
+
+# A training or inference step launches hundreds of kernels; a capture whose busiest rank holds fewer than
+# this many (a profiler range closed early, a capture of the wrong phase) has nothing to diagnose.
+MIN_KERNELS_PER_RANK = 10
+
+
+def too_little_to_analyse(devices: list[DeviceSummary]) -> str | None:
+    """One line saying why the input holds too little to diagnose, or None."""
+    gpus = [d for d in devices if d.device_id is not None]
+    most = max((d.kernel_count for d in gpus), default=0)
+    if not gpus or most >= MIN_KERNELS_PER_RANK:  # a CPU-only capture says so in its own words
+        return None
+    steps = max((len(d.step_ns) for d in gpus if d.step_source != "window"), default=0)
+    what = f"at most {most} kernel{'s' if most != 1 else ''} per rank"
+    return (f"too little to analyse: {what} and {steps or 'no'} step{'s' if steps != 1 else ''} marked "
+            f"(a step launches hundreds of kernels): findings are shown as info only; capture at least one "
+            f"whole iteration")
 
 
 def before_steps(devices: list[DeviceSummary]) -> list[str]:
