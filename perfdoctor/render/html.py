@@ -169,7 +169,10 @@ def _finding_view(f: dict[str, Any]) -> dict[str, Any]:
     safe_url = url if isinstance(url, str) and url.startswith(("https://", "http://")) else None
     views = [{"knob": k, "label": sm.knob_label(k), "snippets": knob_snippets(k), "what_if": sm.what_if_text(k)}
              for k in knobs]
-    return {**f, "guide_url": safe_url, "knob_views": views, "confidence_text": sm.confidence_text(f),
+    fixes = [v for v in views if v["knob"].get("role") != "reference"]
+    reference = [v for v in views if v["knob"].get("role") == "reference"]
+    return {**f, "guide_url": safe_url, "knob_views": views, "fix_views": fixes, "reference_views": reference,
+            "reference_line": sm.reference_line(f) if reference else None, "confidence_text": sm.confidence_text(f),
             "overlap_text": sm.overlap_text(f),
             "evidence_items": sorted((f.get("evidence") or {}).items()) if isinstance(f.get("evidence"), dict) else []}
 
