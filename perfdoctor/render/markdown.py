@@ -90,12 +90,13 @@ def _findings(report: Report) -> list[str]:
         knobs = [k for k in f.get("knobs") or [] if isinstance(k, dict)]
         fixes = [k for k in knobs if k.get("role") != "reference"]
         if fixes:
-            body += ["", md(sm.knobs_heading(f, framework)) + ":"]
+            body += ["", md(sm.knobs_heading(f, framework, "fix")) + ":"]
         body += _knob_lines(fixes)
         reference = [k for k in knobs if k.get("role") == "reference"]
         if reference:  # not the fix for this run: collapsed
             body += ["", *_details(md(sm.reference_line(f)),
-                                   [md(sm.knobs_heading(f, framework)) + ".", *_knob_lines(reference)])]
+                                   [md(sm.knobs_heading(f, framework, "reference")) + ".",
+                                    *_knob_lines(reference)])]
         if body:
             out += _details(f"{md(f.get('rule', ''))}: details and how to fix", body)
     return out

@@ -120,9 +120,11 @@ def overlap_text(f: dict[str, Any]) -> str | None:
     return f"explains the same time as {', '.join(f['overlaps'])} (impacts not added)"
 
 
-def knobs_heading(f: dict[str, Any], framework: dict[str, Any] | None) -> str:
-    """Whether the knobs are the fix or a reference (DESIGN §5 framework awareness)."""
-    if f.get("knobs_role") == "reference":
+def knobs_heading(f: dict[str, Any], framework: dict[str, Any] | None, role: str | None = None) -> str:
+    """Whether the knobs are the fix or a reference (DESIGN §5 framework awareness); ``role`` heads a list
+    of knobs of that role only (a run that is not Megatron's: its environment knobs are the fix, the
+    Megatron settings a reference)."""
+    if (role or f.get("knobs_role")) == "reference":
         name = (framework or {}).get("name", "unknown")
         return (f"Megatron-Bridge / NeMo 2 / Megatron-LM settings for reference only: this run is not "
                 f"recognised as a Megatron run (framework: {name}); the fix is the advice above")

@@ -324,7 +324,7 @@ def findings_panel(findings: list[dict], framework: dict | None = None, total_ms
             parts.append(Text(f"       next step: {f['next_step']}"))
         fixes = [k for k in f.get("knobs", []) if k.get("role") != "reference"]
         if fixes:
-            parts.append(Text(f"       {sm.knobs_heading(f, framework)}:", style="dim"))
+            parts.append(Text(f"       {sm.knobs_heading(f, framework, 'fix')}:", style="dim"))
         for knob in fixes:
             code = " | ".join(s.code.replace("\n", "; ") for s in knob_snippets(knob))
             parts.append(Text(f"       → {code}", style="green" if knob.get("role") == "fix" else ""))
