@@ -39,11 +39,12 @@ def test_reference_knobs_are_folded(real) -> None:
         flags = [k["megatron_lm"] for k in f["knobs"] if k.get("role") == "reference" and k.get("megatron_lm")]
         block = html[html.index(f'id="finding-{f["rule"]}"'):]
         block = block[:block.index('<div class="finding"', 1)] if '<div class="finding"' in block[1:] else block
-        folded = re.search(r'<details class="reference">(.*?)</details>', block, re.S)
+        folded = re.search(r'<details class="reference"><summary>(.*?)</summary>(.*?)</details>', block, re.S)
         assert folded is not None and "<details class=\"reference\" open" not in block
+        assert folded.group(1) == f"Megatron settings for reference: <code>perfdoctor explain {f['rule']}</code>"
         for flag in flags:
             assert flag not in text  # the terminal shows the one line, not the snippets
-            assert flag in folded.group(1) and flag not in block.replace(folded.group(0), "")
+            assert flag in folded.group(2) and flag not in block.replace(folded.group(0), "")
     summaries = [row for row in markdown.splitlines() if row.startswith("<summary>") and "for reference" in row]
     assert len(summaries) == len(with_reference)  # one collapsed block per finding
 

@@ -174,7 +174,7 @@ def _finding_view(f: dict[str, Any]) -> dict[str, Any]:
     fixes = [v for v in views if v["knob"].get("role") != "reference"]
     reference = [v for v in views if v["knob"].get("role") == "reference"]
     return {**f, "guide_url": safe_url, "knob_views": views, "fix_views": fixes, "reference_views": reference,
-            "reference_line": sm.reference_line(f) if reference else None, "confidence_text": sm.confidence_text(f),
+            "reference_what": sm.reference_what(f), "confidence_text": sm.confidence_text(f),
             "overlap_text": sm.overlap_text(f),
             "evidence_items": sorted((f.get("evidence") or {}).items()) if isinstance(f.get("evidence"), dict) else []}
 

@@ -94,7 +94,7 @@ def _findings(report: Report) -> list[str]:
         body += _knob_lines(fixes)
         reference = [k for k in knobs if k.get("role") == "reference"]
         if reference:  # not the fix for this run: collapsed
-            body += ["", *_details(md(sm.reference_line(f)),
+            body += ["", *_details(md(sm.reference_line(f).replace("`", "")),  # raw HTML: no code span
                                    [md(sm.knobs_heading(f, framework, "reference")) + ".",
                                     *_knob_lines(reference)])]
         if body:

@@ -151,10 +151,14 @@ def history_time(t_us: int | None, start_us: int | None) -> str:
 def reference_line(f: dict[str, Any]) -> str:
     """The one line that stands for a finding's reference-only knobs (the run is not recognised as
     Megatron's, so they are not the fix): where to read them."""
+    return f"{reference_what(f)} for reference: `perfdoctor explain {f['rule']}`"
+
+
+def reference_what(f: dict[str, Any]) -> str:
+    """What a finding's reference-only knobs are: Megatron settings, or (environment only) settings."""
     megatron = any(k.get("megatron_bridge") or k.get("nemo") or k.get("megatron_lm")
                    for k in f.get("knobs", []) if k.get("role") == "reference")
-    what = "Megatron settings" if megatron else "settings"
-    return f"{what} for reference: `perfdoctor explain {f['rule']}`"
+    return "Megatron settings" if megatron else "settings"
 
 
 def what_if_text(knob: dict[str, Any]) -> str | None:
