@@ -75,8 +75,10 @@ def framework_steps(nvtx: Table) -> RangeSteps | None:
 
 def repeating_steps(tl: Timeline) -> RangeSteps | None:
     """Steps from the launching thread's own repeating ranges (module docstring); None when none qualify."""
-    work_t, work_w = _work(tl)
-    ranges = _thread_ranges(tl)
+    if not len(tl.nvtx):
+        return None
+    work_t, work_w, work_tid = _work(tl)
+    ranges = _thread_ranges(tl, _launching_thread(work_tid))
     if ranges is None or not work_t.size:
         return None
     start, end, name = ranges
@@ -85,7 +87,8 @@ def repeating_steps(tl: Timeline) -> RangeSteps | None:
     def work(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
         return cum[np.searchsorted(work_t, hi, side="left")] - cum[np.searchsorted(work_t, lo, side="left")]
 
-    not_iter = np.array([bool(NOT_ITERATION.search(n)) for n in name], dtype=bool)
+    names, inverse = np.unique(name, return_inverse=True)
+    not_iter = np.array([bool(NOT_ITERATION.search(n)) for n in names], dtype=bool)[inverse]
     lo, hi = np.iinfo(np.int64).min, np.iinfo(np.int64).max
     excluded: list[str] = []
     for _ in range(MAX_LEVELS):
@@ -95,8 +98,8 @@ def repeating_steps(tl: Timeline) -> RangeSteps | None:
         found = _repeating(start[level], end[level], name[level], not_iter[level], hi, work)
         if found is not None:
             s, e, label = found
-            excluded += [name[i] for i in level if end[i] <= s[0]]
-            return RangeSteps(s, e, label, tuple(excluded))
+            excluded += name[level][end[level] <= s[0]].tolist()
+            return RangeSteps(s, e, label, tuple(dict.fromkeys(excluded)))
         useful = level[~not_iter[level]]
         if not useful.size:
             return None
@@ -104,7 +107,7 @@ def repeating_steps(tl: Timeline) -> RangeSteps | None:
         if w.max() <= 0:
             return None
         child = useful[int(np.argmax(w))]
-        excluded += [name[i] for i in level if end[i] <= start[child]]
+        excluded += name[level][end[level] <= start[child]].tolist()
         lo, hi = start[child], end[child]
     return None
 
@@ -151,9 +154,9 @@ def _top_level(start: np.ndarray, end: np.ndarray, lo: int, hi: int) -> np.ndarr
     return inside[top]
 
 
-def _thread_ranges(tl: Timeline) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """The program's ranges on the thread that launched the most device work (start, end, folded name),
-    sorted by start, longest first on ties."""
+def _thread_ranges(tl: Timeline, tid: int | None) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """The program's ranges on thread ``tid`` (None: any), as start, end, folded name; sorted by start,
+    longest first on ties."""
     nvtx = tl.nvtx
     if not len(nvtx):
         return None
@@ -161,7 +164,6 @@ def _thread_ranges(tl: Timeline) -> tuple[np.ndarray, np.ndarray, np.ndarray] | 
     program = np.array([isinstance(t, str) and not OP_RANGE.search(t) for t in uniques] + [False])
     domain = nvtx.col("domain", dtype=object) if "domain" in nvtx.columns else np.full(len(nvtx), None)
     ok = (nvtx.col("end") >= nvtx.col("start")) & program[codes] & ~np.isin(domain.astype(str), list(FOREIGN_DOMAINS))
-    tid = _launching_thread(tl)
     if tid is not None:
         ok &= nvtx.col("tid") == tid
     rows = np.flatnonzero(ok)
@@ -173,9 +175,8 @@ def _thread_ranges(tl: Timeline) -> tuple[np.ndarray, np.ndarray, np.ndarray] | 
     return start[order], end[order], folded[codes[rows[order]]]
 
 
-def _launching_thread(tl: Timeline) -> int | None:
-    tids = np.concatenate([calls_of(t.col("correlation_id"), tl.api)[2]
-                           for t in (tl.kernels, tl.memcpy, tl.memset) if len(t)] or [np.zeros(0, np.int64)])
+def _launching_thread(tids: np.ndarray) -> int | None:
+    """The thread that launched the most device work (None when no launch call is known)."""
     tids = tids[tids >= 0]
     if not tids.size:
         return None
@@ -183,18 +184,19 @@ def _launching_thread(tl: Timeline) -> int | None:
     return int(values[np.argmax(counts)])
 
 
-def _work(tl: Timeline) -> tuple[np.ndarray, np.ndarray]:
+def _work(tl: Timeline) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Device work (kernels, copies, fills) by the time its launch call began (the op's own start where no
-    call is known), sorted by that time; weights are durations in ns."""
-    times, weights = [], []
+    call is known), sorted by that time: times, durations (ns) and the launching threads (−1: unknown)."""
+    times, weights, tids = [], [], []
     for table in (tl.kernels, tl.memcpy, tl.memset):
         if not len(table):
             continue
-        call = calls_of(table.col("correlation_id"), tl.api)[0]
+        call, _, tid = calls_of(table.col("correlation_id"), tl.api)
         times.append(np.where(call >= 0, call, table.col("start")))
         weights.append((table.col("end") - table.col("start")).astype(np.float64))
+        tids.append(tid)
     if not times:
-        return np.zeros(0, np.int64), np.zeros(0)
+        return np.zeros(0, np.int64), np.zeros(0), np.zeros(0, np.int64)
     t, w = np.concatenate(times), np.concatenate(weights)
     order = np.argsort(t, kind="stable")
-    return t[order], w[order]
+    return t[order], w[order], np.concatenate(tids)
