@@ -110,8 +110,9 @@ def analyze(paths: list[Path | str], config: dict[str, Any] | None = None,
         flag = "--" + missing[0].replace("_", "-")
         warnings.append(f"pipeline bubble theory needs {', '.join(missing)} (give it with {flag})")
     if any(d.step_source == "window" for d in devices if d.window):
-        warnings.append("no step markers found (perfdoctor `step` or `ProfilerStep#N` ranges): "
-                        "the whole capture window is treated as one step")
+        warnings.append("no step markers found (perfdoctor `step` or `ProfilerStep#N` ranges, framework or "
+                        "repeating NVTX ranges, optimizer period): the whole capture window is treated as one step")
+    warnings.extend(before_steps(devices))
     report = Report(tool_version=__version__, run=run, devices=devices,
                     metrics={"all": metrics_all, "ranks": per_rank}, warnings=warnings, series=series,
                     excerpts=excerpts)
@@ -119,7 +120,44 @@ def analyze(paths: list[Path | str], config: dict[str, Any] | None = None,
         report.run_trace = run_trace({rank.info.rank: rank.trace_excerpt for rank in ranks
                                       if rank.trace_excerpt is not None}, waits)
     report.findings = diagnose(report, rules)
+    if (too_little := too_little_to_analyse(devices)) is not None:
+        report.warnings.insert(0, too_little)
+        for f in report.findings:  # what such a capture shows is not evidence of a problem
+            f["severity"], f["confidence"] = "info", "low"
     return report
+
+
+# A training or inference step launches hundreds of kernels; a capture whose busiest rank holds fewer than
+# this many (a profiler range closed early, a capture of the wrong phase) has nothing to diagnose.
+MIN_KERNELS_PER_RANK = 10
+
+
+def too_little_to_analyse(devices: list[DeviceSummary]) -> str | None:
+    """One line saying why the input holds too little to diagnose, or None."""
+    gpus = [d for d in devices if d.device_id is not None]
+    most = max((d.kernel_count for d in gpus), default=0)
+    if not gpus or most >= MIN_KERNELS_PER_RANK:  # a CPU-only capture says so in its own words
+        return None
+    steps = max((len(d.step_ns) for d in gpus if d.step_source != "window"), default=0)
+    what = f"at most {most} kernel{'s' if most != 1 else ''} per rank"
+    return (f"too little to analyse: {what} and {steps or 'no'} step{'s' if steps != 1 else ''} marked "
+            f"(a step launches hundreds of kernels): findings are shown as info only; capture at least one "
+            f"whole iteration")
+
+
+def before_steps(devices: list[DeviceSummary]) -> list[str]:
+    """One warning when the steps leave out the work before the first of them: init and warm-up ranges
+    the program named, or device time longer than a step."""
+    left = [d for d in devices if d.window and d.excluded_ns > 0
+            and (d.excluded_ranges or d.excluded_ns > (max(d.step_ns) if d.step_ns else 0))]
+    if not left:
+        return []
+    ms = sorted(d.excluded_ns for d in left)[len(left) // 2] / 1e6
+    names = list(dict.fromkeys(r for d in left for r in d.excluded_ranges))
+    named = f" (ranges {', '.join(f'`{n}`' for n in names)})" if names else ""
+    source = f"`{left[0].step_label}` ranges" if left[0].step_label else left[0].step_source
+    return [f"{ms:,.1f} ms of device work before the first step{named} is left out of every measurement "
+            f"(steps from {source}; {len(left)} of {len(devices)} devices)"]
 
 
 @dataclass(frozen=True)

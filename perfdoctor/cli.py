@@ -422,22 +422,23 @@ def _write_reports(report, html: Path | None, markdown: Path | None, plotly_js: 
 
 
 def _print_rich(draw: Callable[[Console, bool], None], output: Path | None) -> None:
-    """Draw rich output on the terminal, or into ``output`` as plain text 120 columns wide;
+    """Draw rich output on the terminal (a pipe: as wide as the content), or into ``output`` as plain text
+    as wide as the content;
     ``draw(console, to_file)``."""
     import io
 
-    from perfdoctor.render.escape import safe_console
+    from perfdoctor.render.escape import output_console, safe_console
 
     if output is None:
         if sys.stdout is None:
             raise UsageError("stdout is closed: give --output FILE")
         try:
-            draw(safe_console(), False)
+            draw(output_console(), False)
         except OSError as exc:
             raise stdout_error(exc) from None
         return
     buffer = io.StringIO()
-    draw(safe_console(file=buffer, width=120, no_color=True), True)
+    draw(safe_console(file=buffer, fit_content=True, no_color=True), True)
     write_text(output, buffer.getvalue())
 
 

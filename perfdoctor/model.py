@@ -224,6 +224,11 @@ class DeviceSummary:
     # What findings quote, per topic (ln, tp_overlap, attention, moe, unfused, mfu, comm, pipeline):
     # kernel names, groups, environment values — see perfdoctor.measure.metrics.timeline_metrics.
     evidence: dict[str, Any] = field(default_factory=dict)
+    # The range the steps come from (framework-step / repeating-range sources), the device time before the
+    # first step (init, warm-up: in no step) and the ranges the program named there.
+    step_label: str = ""
+    excluded_ns: int = 0
+    excluded_ranges: list[str] = field(default_factory=list)
 
 
 @dataclass

@@ -204,6 +204,9 @@ POSITIVE: list[tuple[str, str | None, KernelClass]] = [
     ("ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_stages_64x3_tn", None, GEMM),
     ("nvjet_tst_192x192_64x4_2x1_v_bz_coopB_bias_TNN", None, GEMM),
     ("nvjet_tst_64x64_64x16_2x1_2cta_v_bz_bias_TNT", None, GEMM),
+    # ROCm: Tensile / hipBLASLt, composable_kernel; aiter paged attention
+    ("Cijk_Alik_Bljk_BBS_BH_Bias_HA_S_SAV_UserArgs_MT128x128x64_MI16x16x1", None, GEMM),
+    ("_ZN5aiter35paged_attention_ll4mi_QKV_mfma16_kernelI14__hip_bfloat16", None, ATTN),
     ("nvjet_hsh_128x256_64x4_2x1_v_bz_coopA_NTN", None, GEMM),
     ("nvjet_sm100_tst_256x128_64x4_2x1_2cta_h_bz_splitK_TNT", None, GEMM),
     ("Kernel", "void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_128x128_32x3_nn_align4>("

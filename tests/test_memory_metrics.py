@@ -580,3 +580,32 @@ def test_site_names_are_not_markup(tmp_path):
     render_memory_terminal([m], console)
     out = console.export_text()
     assert "[bold red]evil[/].py:1" in out and "[link=file:///etc/passwd]f[/link]" in out
+
+
+def test_times_are_relative_to_the_history_and_wall_clock(tmp_path):
+    """Peak and OOM instants print as seconds after the history starts plus the UTC wall clock (the
+    snapshot's times are Unix µs), never as raw epoch microseconds."""
+    from datetime import datetime, timezone
+
+    sim = simulate(10)
+    snap = with_oom(at_time(sim.snapshot(len(sim.events)), H100_SESSION_US), request=3 * MB, free=MB // 2)
+    dump(tmp_path, snap, "rank0.pickle")
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}  # piped: lines as wide as their content
+    result = subprocess.run([sys.executable, "-m", "perfdoctor", "memory", str(tmp_path / "rank0.pickle")],
+                            capture_output=True, text=True, timeout=300, env=env)
+    assert result.returncode == 0, result.stderr
+    doc = json.loads(_cli("memory", str(tmp_path / "rank0.pickle"), "--format", "json").stdout)
+    ev = doc["snapshots"][0]["evidence"]
+    peak = ev["peak_allocated_at_us"]
+    relative = f"+{(peak - ev['history_start_us']) / 1e6:,.3f} s after the history starts"
+    wall = datetime.fromtimestamp(peak / 1e6, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+    peak_line = next(line for line in result.stdout.splitlines() if "peak allocated" in line)
+    assert relative in peak_line and wall in peak_line
+    oom = ev["ooms"][0]["time_us"]
+    oom_line = next(line for line in result.stdout.splitlines() if "out of memory" in line)
+    assert f"+{(oom - ev['history_start_us']) / 1e6:,.3f} s" in oom_line
+    assert f"{peak:,}" not in result.stdout and f"{oom:,}" not in result.stdout

@@ -77,13 +77,15 @@ PATTERNS: tuple[tuple[str, str, str | None, str | None, str | None], ...] = (
      r"|thd_(?:out_correction|grad_correction|lse|read_half_tensor|partition_indices)_kernel"
      r"|convert_(?:thd_to_bshd|bshd_to_thd)_kernel)", "attention", None, None, None),
     # SDPA mem-efficient (fmha_cutlassF/B, PyTorchMemEffAttention::AttentionKernel), flex attention.
-    (r"(?i:fmha|flash_?attn|fused_?attn|flex_?attention|attention_?(?:backward_?)?kernel)",
+    (r"(?i:fmha|flash_?attn|fused_?attn|flex_?attention|attention_?(?:backward_?)?kernel|paged_?attention)",
      "attention", None, None, None),
     # -- GEMM and implicit-GEMM convolution (§4) --
     (r"^sm\d+_xmma_", "gemm", None, None, None),
     (r"^(?:cudnn_(?:infer|train)_)?(?:maxwell|pascal|volta|turing|ampere|hopper|blackwell)_\w*?(?:gemm|cudnn)",
      "gemm", None, None, None),
     (r"^nvjet_", "gemm", None, None, None),
+    # ROCm: Tensile / hipBLASLt solutions ("Cijk_Alik_Bljk_..."), composable_kernel GEMMs
+    (r"^Cijk_|ck(?:_tile)?::\w*gemm", "gemm", None, None, None),
     # CUTLASS namespace or library kernels, cuDNN's private copies, and CUTLASS names Kineto left mangled.
     (r"^(?:_ZN\d+)?cutlass", "gemm", None, None, None),
     # Convolution helpers launched by cuDNN around its implicit GEMMs (offsets, wgrad reduction).

@@ -56,11 +56,16 @@ TID_BITS = 24  # the same globalTid layout as nsys exports (load.nsys): pid << 2
 ID_MASK = (1 << TID_BITS) - 1
 NVTX_PUSH_POP = 59  # ranges land in the NVTX table as push/pop ranges of the default domain
 RANGE_CATEGORIES = ("cpu_op", "user_annotation")
-API_CATEGORIES = ("cuda_runtime", "cuda_driver")
+# ROCm builds of PyTorch record HIP calls (hipLaunchKernel, hipMemcpyAsync, ...) as "hip_runtime" in recent
+# versions and as "cuda_runtime" in older ones; their kernels and copies use the CUDA categories.
+API_CATEGORIES = ("cuda_runtime", "cuda_driver", "hip_runtime", "hip_driver")
 # Kineto's memcpy names: "Memcpy HtoD (Pageable -> Device)"; nsys' ENUM_CUDA_MEMCPY_OPER codes.
 COPY_KINDS = {"HtoD": 1, "DtoH": 2, "HtoA": 3, "AtoH": 4, "AtoA": 5, "AtoD": 6, "DtoA": 7, "DtoD": 8,
               "HtoH": 9, "PtoP": 10}
 _COPY_NAME = re.compile(r"^Memcpy (\w+)")
+# roctracer's names for copies: "CopyHostToDevice", "CopyDeviceToDevice", ...
+ROCTRACER_COPIES = {"CopyHostToDevice": "HtoD", "CopyDeviceToHost": "DtoH", "CopyDeviceToDevice": "DtoD",
+                    "CopyHostToHost": "HtoH", "CopyPeerToPeer": "PtoP"}
 # NCCL's data types as Kineto spells them, in bytes (message sizes are given in elements).
 DTYPE_BYTES = {"float": 4, "float32": 4, "half": 2, "float16": 2, "bfloat16": 2, "double": 8, "float64": 8,
                "int": 4, "int32": 4, "int64": 8, "long": 8, "int8": 1, "char": 1, "uint8": 1, "byte": 1,
@@ -69,8 +74,10 @@ DTYPE_BYTES = {"float": 4, "float32": 4, "half": 2, "float16": 2, "bfloat16": 2,
 
 class _Args(msgspec.Struct, frozen=True):
     """The ``args`` fields perfdoctor uses, typed so that msgspec converts them in C; every other key is
-    skipped without being built. Kineto writes these as integers in every version seen; a file that does
-    not is refused as not a Kineto trace."""
+    skipped without being built. The decoders are not strict: a number written as a string (roctracer
+    writes ``"bytes": "4096"``) converts. A chunk with a value that does not convert at all is decoded
+    again loosely (:class:`_LooseEvent`): optional fields become "unknown", a needed one (``ts``)
+    is a one-line error naming the event and the field."""
 
     correlation: int = -1
     stream: int = -1
@@ -112,8 +119,94 @@ class _Top(msgspec.Struct):
     baseTimeNanoseconds: Any = None  # noqa: N815
 
 
-_TOP = msgspec.json.Decoder(_Top)
-_EVENTS = msgspec.json.Decoder(list[_Event])
+_TOP = msgspec.json.Decoder(_Top, strict=False)
+_EVENTS = msgspec.json.Decoder(list[_Event], strict=False)
+
+
+class _LooseArgs(msgspec.Struct, frozen=True):
+    correlation: Any = -1
+    stream: Any = -1
+    device: Any = -1
+    grid: Any = None
+    block: Any = None
+    nbytes: Any = msgspec.field(default=-1, name="bytes")
+    name: Any = None
+    pg_name: Any = msgspec.field(default=None, name="Process Group Name")
+    pg_desc: Any = msgspec.field(default=None, name="Process Group Description")
+    group_size: Any = msgspec.field(default=None, name="Group size")
+    in_nelems: Any = msgspec.field(default=None, name="In msg nelems")
+    out_nelems: Any = msgspec.field(default=None, name="Out msg nelems")
+    dtype: Any = None
+
+
+class _LooseEvent(msgspec.Struct, frozen=True):
+    """An event whose fields are taken as written; :func:`_tighten` makes it an :class:`_Event`."""
+
+    ph: Any = ""
+    cat: Any = ""
+    name: Any = ""
+    pid: Any = -1
+    tid: Any = -1
+    ts: Any = 0.0
+    dur: Any = 0.0
+    args: Any = None
+
+
+class _LooseTop(msgspec.Struct):
+    traceEvents: list[_LooseEvent] = []  # noqa: N815
+    schemaVersion: Any = None  # noqa: N815
+    deviceProperties: Any = None  # noqa: N815
+    distributedInfo: Any = None  # noqa: N815
+    baseTimeNanoseconds: Any = None  # noqa: N815
+
+
+_LOOSE_TOP = msgspec.json.Decoder(_LooseTop)
+_LOOSE_EVENTS = msgspec.json.Decoder(list[_LooseEvent])
+
+
+def _tighten(events: list[_LooseEvent], path: Path, first: int = 0) -> list[_Event]:
+    """Loosely decoded events as typed ones: optional values that are not numbers become unknown (−1);
+    a time that is not a number, on an event perfdoctor reads, is an error naming the event."""
+    out = []
+    for i, e in enumerate(events):
+        cat = e.cat if isinstance(e.cat, str) else ""
+        ph = e.ph if isinstance(e.ph, str) else ""
+        needed = ph == "X" and cat in _KIND
+        ts, dur = _number(e.ts), _number(e.dur)
+        if needed and (ts is None or dur is None):
+            field_name, value = ("ts", e.ts) if ts is None else ("dur", e.dur)
+            raise InputError(f"{path}: event {first + i} ({cat} {str(e.name)[:60]!r}): `{field_name}` is not a "
+                             f"number ({str(value)[:40]!r})")
+        a = msgspec.convert(e.args, _LooseArgs, strict=False) if isinstance(e.args, dict) else _LooseArgs()
+        args = _Args(correlation=_int(a.correlation, -1), stream=_int(a.stream, -1), device=_int(a.device, -1),
+                     grid=_dims(a.grid), block=_dims(a.block), nbytes=_int(a.nbytes, -1), name=a.name,
+                     pg_name=a.pg_name, pg_desc=a.pg_desc, group_size=_int(a.group_size, None),
+                     in_nelems=_int(a.in_nelems, None), out_nelems=_int(a.out_nelems, None), dtype=a.dtype)
+        pid, tid = _int(e.pid, None), _int(e.tid, None)
+        out.append(_Event(ph=ph, cat=cat, name=e.name if isinstance(e.name, str) else str(e.name),
+                          pid=pid if pid is not None else str(e.pid), tid=tid if tid is not None else str(e.tid),
+                          ts=ts or 0.0, dur=dur or 0.0, args=args))
+    return out
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _dims(value: Any) -> tuple[int, int, int]:
+    """``[x, y, z]`` (numbers or numeric strings) → a tuple; anything else → unknown."""
+    if isinstance(value, (list, tuple)) and len(value) == 3:
+        dims = [_int(v, None) for v in value]
+        if all(d is not None for d in dims):
+            return (dims[0], dims[1], dims[2])
+    return (-1, -1, -1)
 
 
 def sniff(head: bytes) -> bool:
@@ -152,13 +245,30 @@ def _read(stream: IO[bytes], path: Path) -> bytes:
         raise InputError(f"{path}: truncated or corrupt gzip stream ({exc})") from None
 
 
-def _decode(decoder: msgspec.json.Decoder, data: bytes, path: Path) -> Any:
+def _decode(data: bytes, path: Path, first: int = 0) -> _Top:
+    """A whole ``{"traceEvents": [...], ...}`` document; a value of an unexpected type is decoded again
+    loosely (see :class:`_Args`). ``first``: the index of its first event in the file (for errors)."""
     try:
-        return decoder.decode(data)
-    except msgspec.ValidationError as exc:
-        raise InputError(f"{path}: not a PyTorch profiler (Kineto) trace: {exc}") from None
+        return _TOP.decode(data)
+    except msgspec.ValidationError:
+        pass
     except msgspec.DecodeError as exc:
         raise InputError(f"{path}: invalid or truncated JSON ({exc})") from None
+    try:
+        loose = _LOOSE_TOP.decode(data)
+    except msgspec.ValidationError as exc:
+        raise InputError(f"{path}: not a PyTorch profiler (Kineto) trace: {exc}") from None
+    return _Top(traceEvents=_tighten(loose.traceEvents, path, first), schemaVersion=loose.schemaVersion,
+                deviceProperties=loose.deviceProperties, distributedInfo=loose.distributedInfo,
+                baseTimeNanoseconds=loose.baseTimeNanoseconds)
+
+
+def _decode_events(view: memoryview, path: Path, first: int) -> list[_Event]:
+    """One chunk of the event array; typed decoding first, loose decoding where a value's type differs."""
+    try:
+        return _EVENTS.decode(view)
+    except msgspec.ValidationError:
+        return _tighten(_LOOSE_EVENTS.decode(view), path, first)
 
 
 class _NotSplittable(Exception):
@@ -185,6 +295,7 @@ def _stream(path: Path) -> Iterator[_Top | list[_Event]]:
             yield _TOP.decode(buf[:match.start()] + b'"traceEvents": []}')
         except msgspec.MsgspecError:
             raise _NotSplittable from None
+        seen = 0
         # The buffer always starts with "[": at a cut, the boundary's comma becomes "]" and msgspec decodes
         # the buffer up to it in place, without copying the chunk.
         buf = bytearray(b"[") + buf[match.end():]
@@ -197,13 +308,14 @@ def _stream(path: Path) -> Iterator[_Top | list[_Event]]:
                 buf[comma] = ord("]")
                 try:
                     with memoryview(buf) as view:
-                        events = _EVENTS.decode(view[:comma + 1])
+                        events = _decode_events(view[:comma + 1], path, seen)
                 except msgspec.MsgspecError:
                     raise _NotSplittable from None
+                seen += len(events)
                 yield events
                 buf = bytearray(b"[") + buf[comma + 1:]
             elif not block:
-                yield _decode(_TOP, b'{"traceEvents": ' + bytes(buf), path)
+                yield _decode(b'{"traceEvents": ' + bytes(buf), path, seen)
                 return
 
 
@@ -213,7 +325,7 @@ def _whole(path: Path) -> _Top:
         chunks = []
         while block := _read(stream, path):
             chunks.append(block)
-    return _decode(_TOP, b"".join(chunks), path)
+    return _decode(b"".join(chunks), path)
 
 
 # --------------------------------------------------------------------------------------------
@@ -331,7 +443,7 @@ class _Collector:
     def _api(self, rows: list[_Event]) -> None:
         self._host("api", rows)
         self.cols.add("api.corr", np.fromiter((e.args.correlation for e in rows), np.int64, len(rows)), np.int64)
-        self.cols.add("api.driver", [e.cat == "cuda_driver" for e in rows], np.int64)
+        self.cols.add("api.driver", [e.cat in ("cuda_driver", "hip_driver") for e in rows], np.int64)
 
     def _range(self, rows: list[_Event]) -> None:
         self._host("range", rows)
@@ -363,7 +475,9 @@ def _message_bytes(args: list[_Args]) -> np.ndarray:
 
 def _copy_kind(name: Any) -> int:
     match = _COPY_NAME.match(name) if isinstance(name, str) else None
-    return COPY_KINDS.get(match.group(1), 0) if match else 0
+    if match is None:
+        return COPY_KINDS.get(ROCTRACER_COPIES.get(name, ""), 0) if isinstance(name, str) else 0
+    return COPY_KINDS.get(match.group(1), 0)
 
 
 # --------------------------------------------------------------------------------------------

@@ -73,6 +73,9 @@ def summarize(tl: Timeline, kcls: Table, ccls: Table, act: Activity,
         nvtx_marks=int(is_mark.sum()),
         nvtx_domains=_count_by(domains),
         osrt_calls=tl.osrt_calls,
+        step_label=steps.label if steps else "",
+        excluded_ns=int(max(0, steps.starts[0] - window[0])) if steps and len(steps) and window else 0,
+        excluded_ranges=list(steps.excluded) if steps else [],
     )
 
 

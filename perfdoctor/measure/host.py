@@ -28,7 +28,10 @@ CAUSES = ("launch_bound", "sync", "gc", "data", "other")
 BLOCKING_API = re.compile(
     r"^(cuda(Device|Stream|Event|Ctx|Thread)Synchronize|cu(Ctx|Stream|Event)Synchronize"
     r"|cudaMemcpy(2D|3D)?(ToSymbol|FromSymbol|ToArray|FromArray)?|cudaMemcpyPeer|cudaMemset(2D|3D)?"
-    r"|cuMemcpy(DtoH|HtoD|DtoD|AtoH|HtoA|Peer)?(_v\d+)?)$"
+    r"|cuMemcpy(DtoH|HtoD|DtoD|AtoH|HtoA|Peer)?(_v\d+)?"
+    # ROCm (HIP runtime names in PyTorch-profiler traces from AMD GPUs)
+    r"|hip(Device|Stream|Event|Ctx)Synchronize|hipMemcpy(2D|3D)?(ToSymbol|FromSymbol|WithStream|Peer)?"
+    r"|hipMemset(2D|3D)?)$"
 )
 # Data-loading ranges: perfdoctor's own label, or what PyTorch's profiler names the DataLoader fetch.
 DATA_RANGE = re.compile(r"^(data( .*)?|enumerate\(DataLoader\).*|.*DataLoaderIter.*__next__.*)$")

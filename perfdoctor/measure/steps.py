@@ -1,9 +1,13 @@
 """Training steps: the unit every per-step metric is a median over (DESIGN §3).
 
-Sources, in order: perfdoctor ``step n=..`` ranges; PyTorch profiler ``ProfilerStep#N`` ranges; the
+Sources, in order: perfdoctor ``step n=..`` ranges; PyTorch profiler ``ProfilerStep#N`` ranges; a
+framework's per-iteration ranges and then the run's own repeating ranges (:mod:`perfdoctor.measure.step_ranges`:
+``train_step``, ``Forward`` + ``Backward``, iterations of a ``benchmark_loop``); the
 periodic structure of the trace (every iteration ends with one burst of optimizer kernels, so the
 interval between two burst ends is one iteration); else the whole capture window as one step, flagged
-so the output can say that per-step numbers are really per-window numbers.
+so the output can say that per-step numbers are really per-window numbers. Whatever ran before the
+first step (model construction, weight upload, warm-up) is in no step: the report says how long it was
+and, where the program named it, which ranges it was.
 
 Megatron-Core's own NVTX ranges (research/kernel_taxonomy.md §5) name layers, sub-modules, p2p calls
 and the warm-up/steady/cool-down phases of the pipeline schedule, but no range spans one iteration
@@ -19,6 +23,7 @@ import numpy as np
 
 from perfdoctor.classify.timeline import category_mask
 from perfdoctor.load.labels import labelled, matching
+from perfdoctor.measure.step_ranges import RangeSteps, framework_steps, repeating_steps
 from perfdoctor.model import Timeline
 from perfdoctor.table import Table
 
@@ -36,7 +41,9 @@ MIN_STEPS_SHARE = 0.25
 class Steps:
     starts: np.ndarray  # int64 ns
     ends: np.ndarray
-    source: str  # nvtx-step | profiler-step | periodic | window
+    source: str  # nvtx-step | profiler-step | framework-step | repeating-range | periodic | window
+    label: str = ""  # the range name the steps come from (framework-step, repeating-range)
+    excluded: tuple[str, ...] = ()  # named ranges before the first step (init, warm-up)
 
     @property
     def durations(self) -> np.ndarray:
@@ -60,6 +67,10 @@ def find_steps(tl: Timeline, window: tuple[int, int], kcls: Table) -> Steps:
     profiler = profiler[profiler.col("end") >= 0]
     if len(profiler):
         return _steps(profiler, "profiler-step")
+    for source, found in (("framework-step", framework_steps), ("repeating-range", repeating_steps)):
+        ranged = found(tl.nvtx if source == "framework-step" else tl)
+        if ranged is not None and len(ranged.starts):
+            return _from_ranges(ranged, source)
     if len(kcls):
         periodic = periodic_steps(tl.kernels.col("start"), tl.kernels.col("end"),
                                   category_mask(kcls, "optimizer"))
@@ -116,3 +127,7 @@ def burst_breaks(gaps: np.ndarray, between: np.ndarray, total: int) -> np.ndarra
 def _steps(rows, source: str) -> Steps:
     order = np.argsort(rows.col("start"), kind="stable")
     return Steps(rows.col("start")[order], rows.col("end")[order], source)
+
+
+def _from_ranges(found: RangeSteps, source: str) -> Steps:
+    return Steps(found.starts.astype(np.int64), found.ends.astype(np.int64), source, found.label, found.excluded)

@@ -10,13 +10,17 @@ them as markup (``[/bold]`` is a crash, not a style).
 from __future__ import annotations
 
 import html
+import os
 import re
 from collections.abc import Iterable
 from typing import Any
 
 from rich.console import Console
+from rich.measure import Measurement
 from rich.segment import Segment
 
+# Widest line a content-fitted console lays out (a bound, never a wrap width in practice).
+FIT_MAX_WIDTH = 4096
 _MD_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+!|~>-])")
 # GitHub turns "@name" into a mention (a notification) even inside escaped text: a zero-width space
 # after "@" keeps the text as shown and breaks the mention (what Renovate and Dependabot do).
@@ -68,6 +72,20 @@ class SafeConsole(Console):
     string reaches the terminal raw, whichever renderable carried it (tables, panels, progress).
     rich's own styling travels in the segments' styles and control codes, which are kept."""
 
+    def __init__(self, *args: Any, fit_content: bool = False, **kwargs: Any) -> None:
+        if fit_content:
+            kwargs["width"] = FIT_MAX_WIDTH
+        super().__init__(*args, **kwargs)
+        self.fit_content = fit_content
+
+    def print(self, *objects: Any, **kwargs: Any) -> None:
+        """With ``fit_content`` (output that is not a terminal, no ``COLUMNS``), each renderable is laid out
+        as wide as its content, so no line is wrapped at an arbitrary width (logs, ``| less``, ``> file``)."""
+        if self.fit_content and objects and "width" not in kwargs:
+            options = self.options.update(max_width=FIT_MAX_WIDTH)
+            kwargs["width"] = max(Measurement.get(self, options, o).maximum for o in objects) or 1
+        super().print(*objects, **kwargs)
+
     def _render_buffer(self, buffer: Iterable[Segment]) -> str:
         return super()._render_buffer(
             segment if segment.control else Segment(terminal_text(segment.text), segment.style)
@@ -79,3 +97,12 @@ def safe_console(**kwargs: Any) -> Console:
     a kernel or range named ``:fire:`` prints as written (and rich's emoji table is not imported)."""
     kwargs.setdefault("emoji", False)
     return SafeConsole(**kwargs)
+
+
+def output_console(**kwargs: Any) -> Console:
+    """The console for a command's report: the terminal's width on a terminal; ``COLUMNS`` where set;
+    otherwise (a pipe, a file) as wide as the content, never a fixed 80 columns."""
+    console = safe_console(**kwargs)
+    if console.is_terminal or os.environ.get("COLUMNS", "").strip().isdigit():
+        return console
+    return safe_console(fit_content=True, **kwargs)

@@ -52,29 +52,31 @@ def render_html(report: Report, plotly_js: str = "inline") -> str:
 
     all_keys = sm.ranks(report)
     # A run of many ranks: bars, tables and evidence for the ranks that stand out; heatmaps for all.
-    rank_keys = [r for r, _ in scale.outliers(report, TOP_RANKS)] if scale.many(report) else all_keys
-    shown = set(rank_keys)
+    rows = scale.rank_rows(report, TOP_RANKS)
+    bars = [row for row in rows if not row.spread]
+    shown = {row.rank for row in rows if row.rank is not None}
     all_m = report.metrics.get("all", {})
     context = {
         "title": _title(report),
-        "ranks_omitted": len(all_keys) - len(rank_keys),
+        "ranks_summarised": len(all_keys) if scale.many(report) else 0,
         "report": report,
         "all": all_m,
         "headline": _headline(all_m),
         "findings": [_finding_view(f) for f in sm.findings(report)],
-        "breakdown_fig": figure(_breakdown_figure(report, rank_keys)),
+        "breakdown_fig": figure(_breakdown_figure(bars)),
         "timelines": [{"label": _device_label(report, i), "fig": figure(_timeline_figure(ex)), "excerpt": ex}
                       for i, ex in enumerate(report.excerpts) if ex is not None][:MAX_TIMELINES],
         "timelines_omitted": max(0, sum(ex is not None for ex in report.excerpts) - MAX_TIMELINES),
-        "comm_rows": _comm_rows(report, rank_keys),
+        "comm_rows": _comm_rows(report, rows),
         "comm_evidence": [(r, e) for r, e in sm.evidence(report, "comm") if str(r) in shown],
-        "pipeline_fig": figure(_pipeline_figure(report, rank_keys)),
-        "host_fig": figure(_host_figure(report, rank_keys)),
-        "ln_rows": _ln_rows(report, rank_keys),
+        "pipeline_fig": figure(_pipeline_figure(report, _stage_ranks(report, bars) if scale.many(report)
+                                                else all_keys)),
+        "host_fig": figure(_host_figure(bars)),
+        "ln_rows": _ln_rows(rows),
         "ln_evidence": [(r, e) for r, e in sm.evidence(report, "ln") if str(r) in shown],
         "mix_fig": figure(_mix_figure(report)),
         "top_kernels": _top_kernels(report),
-        "memory_rows": _memory_rows(report, rank_keys),
+        "memory_rows": _memory_rows(rows),
         "memory_fig": figure(_memory_figure(report)),
         "heatmap_fig": figure(_heatmap_figure(report, all_keys)) if len(all_keys) > 1 else None,
         "steps_fig": figure(_steps_figure(report, all_keys)) if len(all_keys) > 1 else None,
@@ -169,7 +171,10 @@ def _finding_view(f: dict[str, Any]) -> dict[str, Any]:
     safe_url = url if isinstance(url, str) and url.startswith(("https://", "http://")) else None
     views = [{"knob": k, "label": sm.knob_label(k), "snippets": knob_snippets(k), "what_if": sm.what_if_text(k)}
              for k in knobs]
-    return {**f, "guide_url": safe_url, "knob_views": views, "confidence_text": sm.confidence_text(f),
+    fixes = [v for v in views if v["knob"].get("role") != "reference"]
+    reference = [v for v in views if v["knob"].get("role") == "reference"]
+    return {**f, "guide_url": safe_url, "knob_views": views, "fix_views": fixes, "reference_views": reference,
+            "reference_what": sm.reference_what(f), "confidence_text": sm.confidence_text(f),
             "overlap_text": sm.overlap_text(f),
             "evidence_items": sorted((f.get("evidence") or {}).items()) if isinstance(f.get("evidence"), dict) else []}
 
@@ -182,14 +187,14 @@ def _bar_layout(title: str, **extra: Any) -> dict[str, Any]:
     return layout
 
 
-def _breakdown_figure(report: Report, rank_keys: list[str]) -> dict[str, Any] | None:
-    rows = {r: dict(sm.breakdown(report.metrics["ranks"][r])) for r in rank_keys}
-    parts = [p for p in PART_COLORS if any(p in row for row in rows.values())]
+def _breakdown_figure(bars: list[scale.RankRow]) -> dict[str, Any] | None:
+    parts_of = [dict(sm.breakdown(row.metrics)) for row in bars]
+    parts = [p for p in PART_COLORS if any(p in row for row in parts_of)]
     if not parts:
         return None
-    y = [f"rank {r}" for r in rank_keys]
+    y = [row.label for row in bars]
     data = [{"type": "bar", "orientation": "h", "name": p, "y": y,
-             "x": [round(rows[r].get(p, 0.0), 3) for r in rank_keys],
+             "x": [round(row.get(p, 0.0), 3) for row in parts_of],
              "marker": {"color": PART_COLORS[p]}, "hovertemplate": "%{y}: %{x:.2f} ms<extra>" + p + "</extra>"}
             for p in parts]
     return {"data": data, "layout": _bar_layout("step time by part (ms per step, median over steps)",
@@ -236,15 +241,19 @@ def _timeline_figure(ex: Any) -> dict[str, Any]:
         "legend": {"tracegroupgap": 12}, "bargap": 0.1}}
 
 
-def _comm_rows(report: Report, rank_keys: list[str]) -> list[dict[str, Any]]:
+def _comm_rows(report: Report, rank_rows: list[scale.RankRow]) -> list[dict[str, Any]]:
     rows = []
-    for r in rank_keys:
-        m = report.metrics["ranks"][r]
-        groups = next((d.groups for d in report.devices if str(d.rank) == r), {})
+    by_rank = {str(d.rank): d.groups for d in report.devices}
+    for row in rank_rows:
+        m = row.metrics
+        groups = by_rank.get(row.rank or "", {})
         for g in sm.GROUPS:
             if not m.get(f"comm.{g}.time_ms"):
                 continue
             info = groups.get(g) or {}
+            if row.spread or row.key == "median":  # labelling of the group: the same on every rank's device
+                info = next((gs[g] for gs in by_rank.values() if gs.get(g)), {}) | {"kernels": None}
+            r = row.key
             src = max(info.get("label_source", {}).items(), key=lambda kv: kv[1]["ns"], default=("–", None))[0]
             conf = max(info.get("confidence", {}).items(), key=lambda kv: kv[1]["ns"], default=("–", None))[0]
             rows.append({"rank": r, "group": g.upper(), "time": m.get(f"comm.{g}.time_ms"),
@@ -273,22 +282,26 @@ def _pipeline_figure(report: Report, rank_keys: list[str]) -> dict[str, Any] | N
                                                yaxis={"title": {"text": "% of step"}})}
 
 
-def _host_figure(report: Report, rank_keys: list[str]) -> dict[str, Any] | None:
-    ms = report.metrics["ranks"]
-    causes = [(c, label) for c, label in sm.HOST_CAUSES if any(ms[r].get(f"host.{c}_ms") for r in rank_keys)]
+def _stage_ranks(report: Report, bars: list[scale.RankRow]) -> list[str]:
+    """A run of many ranks: the first rank of each pipeline stage, then the ranks that stand out."""
+    firsts = [ranks[0] for ranks in scale.stage_groups(report).values() if ranks]
+    return list(dict.fromkeys(firsts + [row.rank for row in bars if row.rank is not None and row.key != "median"]))
+
+
+def _host_figure(bars: list[scale.RankRow]) -> dict[str, Any] | None:
+    causes = [(c, label) for c, label in sm.HOST_CAUSES if any(row.metrics.get(f"host.{c}_ms") for row in bars)]
     if not causes:
         return None
-    y = [f"rank {r}" for r in rank_keys]
+    y = [row.label for row in bars]
     data = [{"type": "bar", "orientation": "h", "name": label, "y": y,
-             "x": [round(ms[r].get(f"host.{c}_ms") or 0.0, 3) for r in rank_keys]} for c, label in causes]
+             "x": [round(row.metrics.get(f"host.{c}_ms") or 0.0, 3) for row in bars]} for c, label in causes]
     return {"data": data, "layout": _bar_layout("device idle inside the step, by cause (ms per step)",
                                                height=max(220, 60 + 28 * len(y)), yaxis={"autorange": "reversed"})}
 
 
-def _ln_rows(report: Report, rank_keys: list[str]) -> list[dict[str, Any]]:
-    ms = report.metrics["ranks"]
-    return [{"rank": r, "count": ms[r].get("ln.blocked_count"), "ms": ms[r].get("ln.blocked_ms")}
-            for r in rank_keys if ms[r].get("ln.blocked_count")]
+def _ln_rows(rows: list[scale.RankRow]) -> list[dict[str, Any]]:
+    return [{"rank": row.key, "count": row.metrics.get("ln.blocked_count"), "ms": row.metrics.get("ln.blocked_ms")}
+            for row in rows if row.metrics.get("ln.blocked_count")]
 
 
 def _mix_figure(report: Report) -> dict[str, Any] | None:
@@ -317,12 +330,11 @@ def _top_kernels(report: Report) -> list[dict[str, Any]]:
     return sorted(merged.values(), key=lambda r: -r["ns"])[:15]
 
 
-def _memory_rows(report: Report, rank_keys: list[str]) -> list[dict[str, Any]]:
-    ms = report.metrics["ranks"]
-    return [{"rank": r, "allocated": ms[r].get("memory.peak_allocated_bytes"),
-             "reserved": ms[r].get("memory.peak_reserved_bytes")}
-            for r in rank_keys if ms[r].get("memory.peak_reserved_bytes") is not None
-            or ms[r].get("memory.peak_allocated_bytes") is not None]
+def _memory_rows(rows: list[scale.RankRow]) -> list[dict[str, Any]]:
+    return [{"rank": row.key, "allocated": row.metrics.get("memory.peak_allocated_bytes"),
+             "reserved": row.metrics.get("memory.peak_reserved_bytes")}
+            for row in rows if row.metrics.get("memory.peak_reserved_bytes") is not None
+            or row.metrics.get("memory.peak_allocated_bytes") is not None]
 
 
 def _memory_figure(report: Report) -> dict[str, Any] | None:
@@ -333,11 +345,14 @@ def _memory_figure(report: Report) -> dict[str, Any] | None:
             continue
         for key, dash in (("allocated", "solid"), ("reserved", "dot")):
             if series.get(key):
+                start = ev.get("history_start_us") or series["t_us"][0]
                 data.append({"type": "scatter", "mode": "lines", "name": f"rank {rank} {key}",
-                             "x": series["t_us"], "y": [v / 2**30 for v in series[key]], "line": {"dash": dash}})
+                             "x": [(t - start) / 1e6 for t in series["t_us"]], "y": [v / 2**30 for v in series[key]],
+                             "line": {"dash": dash}})
     if not data:
         return None
-    return {"data": data, "layout": _bar_layout("memory over the capture (GiB)", xaxis={"title": {"text": "µs"}})}
+    return {"data": data, "layout": _bar_layout("memory over the capture (GiB)",
+                                                xaxis={"title": {"text": "s after the history starts"}})}
 
 
 def _heatmap_figure(report: Report, rank_keys: list[str]) -> dict[str, Any] | None:

@@ -6,6 +6,8 @@ import json
 from dataclasses import asdict
 from typing import Any
 
+import numpy as np
+
 from perfdoctor.model import Report
 from perfdoctor.tuning_env import tuning_env
 
@@ -50,6 +52,9 @@ def report_dict(report: Report) -> dict[str, Any]:
             "source": report.devices[0].step_source if report.devices else None,
             "median_ms": all_m.get("step.time_ms"),
             "p90_ms": all_m.get("step.time_p90_ms"),
+            "label": report.devices[0].step_label if report.devices else "",
+            "excluded_ms": excluded_ms(report),
+            "excluded_ranges": list(dict.fromkeys(r for d in report.devices for r in d.excluded_ranges)),
         },
         "metrics": report.metrics,
         "devices": [asdict(d) for d in report.devices],
@@ -57,6 +62,12 @@ def report_dict(report: Report) -> dict[str, Any]:
         "warnings": report.warnings,
         "series": report.series,
     }
+
+
+def excluded_ms(report: Report) -> float:
+    """Median over devices of the device time before the first step (init, warm-up), ms."""
+    values = [d.excluded_ns for d in report.devices if d.window]
+    return round(float(np.median(values)) / 1e6, 3) if values else 0.0
 
 
 def render_json(report: Report) -> str:

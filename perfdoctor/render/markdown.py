@@ -87,19 +87,30 @@ def _findings(report: Report) -> list[str]:
         if isinstance(f.get("evidence"), dict) and f["evidence"]:
             body += ["", "| evidence | value |", "|---|---|"]
             body += [f"| {md(k)} | {md(v)} |" for k, v in sorted(f["evidence"].items())]
-        if f.get("knobs"):
-            body += ["", md(sm.knobs_heading(f, framework)) + ":"]
-        for knob in f.get("knobs") or []:
-            if not isinstance(knob, dict):
-                continue
-            for extra in (knob.get("note"), sm.what_if_text(knob)):
-                if extra:
-                    body += ["", md(extra)]
-            for s in knob_snippets(knob):
-                body += ["", f"{s.label}:", "", code_block(s.code, s.language)]
+        knobs = [k for k in f.get("knobs") or [] if isinstance(k, dict)]
+        fixes = [k for k in knobs if k.get("role") != "reference"]
+        if fixes:
+            body += ["", md(sm.knobs_heading(f, framework, "fix")) + ":"]
+        body += _knob_lines(fixes)
+        reference = [k for k in knobs if k.get("role") == "reference"]
+        if reference:  # not the fix for this run: collapsed
+            body += ["", *_details(md(sm.reference_line(f).replace("`", "")),  # raw HTML: no code span
+                                   [md(sm.knobs_heading(f, framework, "reference")) + ".",
+                                    *_knob_lines(reference)])]
         if body:
             out += _details(f"{md(f.get('rule', ''))}: details and how to fix", body)
     return out
+
+
+def _knob_lines(knobs: list[dict]) -> list[str]:
+    body: list[str] = []
+    for knob in knobs:
+        for extra in (knob.get("note"), sm.what_if_text(knob)):
+            if extra:
+                body += ["", md(extra)]
+        for s in knob_snippets(knob):
+            body += ["", f"{s.label}:", "", code_block(s.code, s.language)]
+    return body
 
 
 def _details(summary: str, body: list[str]) -> list[str]:

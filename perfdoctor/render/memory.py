@@ -16,6 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from perfdoctor.measure.memory import MemoryMeasurement
+from perfdoctor.render.summary import history_time
 
 SCHEMA_VERSION = "1"
 SPARK = "▁▂▃▄▅▆▇█"
@@ -64,9 +65,9 @@ def memory_tables(metrics: dict[str, Any], evidence: dict[str, Any]) -> list:
     t.add_column(style="dim")
     if evidence.get("has_history", True):
         t.add_row("peak allocated", _bytes(metrics.get("memory.peak_allocated_bytes")),
-                  _at(evidence.get("peak_allocated_at_us")))
+                  _at(evidence.get("peak_allocated_at_us"), evidence))
         t.add_row("peak reserved", _bytes(metrics.get("memory.peak_reserved_bytes")),
-                  _at(evidence.get("peak_reserved_at_us")))
+                  _at(evidence.get("peak_reserved_at_us"), evidence))
         t.add_row("fragmentation", _pct(metrics.get("memory.fragmentation_fraction")),
                   "of peak reserved never allocated at once")
         headroom = metrics.get("memory.headroom_fraction")
@@ -98,7 +99,7 @@ def memory_tables(metrics: dict[str, Any], evidence: dict[str, Any]) -> list:
         parts.append(Text.assemble(("allocated over time  ", "bold"), _sparkline(series["allocated"])))
     for oom in (evidence.get("ooms") or [])[:1]:
         parts.append(Text.assemble(("out of memory", "bold red"), (
-            f"  {_at(oom.get('time_us')) or ''}: {_bytes(oom['requested_bytes'])} requested, "
+            f"  {_at(oom.get('time_us'), evidence) or ''}: {_bytes(oom['requested_bytes'])} requested, "
             f"{_bytes(oom['device_free_bytes'])} free on the device, allocator held {_bytes(oom['reserved_bytes'])} "
             f"({_bytes(oom['allocated_bytes'])} allocated)")))
         if oom.get("top_sites"):
@@ -148,5 +149,5 @@ def _count(value: float | None) -> str:
     return "—" if value is None else f"{int(value):,}"
 
 
-def _at(t_us: int | None) -> str:
-    return "" if t_us is None else f"at t={t_us:,} µs"
+def _at(t_us: int | None, evidence: dict[str, Any]) -> str:
+    return "" if t_us is None else "at " + history_time(t_us, evidence.get("history_start_us"))

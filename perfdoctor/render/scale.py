@@ -8,6 +8,7 @@ it left out. Nothing here measures: ranks are ordered by the metrics the Report 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from typing import Any
 
 from perfdoctor.model import Report
@@ -78,3 +79,35 @@ def metric_rows(report: Report, ranks: list[str]) -> list[dict[str, Any]]:
     """Per rank, its RANK_METRICS formatted (the rows of a per-rank table)."""
     ms = report.metrics["ranks"]
     return [{"rank": r, "values": [sm.fmt(ms[r].get(k), unit) for k, _, unit in sm.RANK_METRICS]} for r in ranks]
+
+
+@dataclass(frozen=True)
+class RankRow:
+    """One row of a per-rank section: a rank, or for a run of many ranks an aggregate over all of them."""
+
+    key: str  # the table's rank cell: "3", or "median" / "min" / "max"
+    label: str  # a chart's row label: "rank 3", "median of 64 ranks"
+    metrics: dict[str, Any]
+    rank: str | None  # the rank whose evidence the row may quote (None for "min" / "max")
+    spread: bool = False  # a min or max row: per metric, the extreme over ranks (tables only, never a bar)
+
+
+def rank_rows(report: Report, n: int) -> list[RankRow]:
+    """Every rank; for a run of many ranks, what every section holds at 8 ranks in aggregate: the median
+    rank's metrics (the JSON's ``metrics.all``), their minimum and maximum over ranks, then the ranks that
+    stand out, so that a chart holds at most ``n`` bars."""
+    ms = report.metrics.get("ranks", {})
+    if not many(report):
+        return [RankRow(r, f"rank {r}", ms[r], r) for r in sm.ranks(report)]
+    values = list(ms.values())
+    numeric = {k for m in values for k, v in m.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    low, high = {}, {}
+    for k in numeric:
+        have = [v for m in values if isinstance(v := m.get(k), (int, float)) and not isinstance(v, bool)]
+        low[k], high[k] = min(have), max(have)
+    first = next(iter(sm.ranks(report)), None)
+    rows = [RankRow("median", f"median of {len(ms)} ranks", report.metrics.get("all", {}), first),
+            RankRow("min", "minimum over ranks", low, None, True),
+            RankRow("max", "maximum over ranks", high, None, True)]
+    rows += [RankRow(r, f"rank {r}", ms[r], r) for r, _ in outliers(report, n - 1) if r in ms]
+    return rows

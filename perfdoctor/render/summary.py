@@ -7,6 +7,7 @@ Missing metrics stay missing, so a trace without GPU data or labels shows fewer 
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
 from typing import Any
 
 from perfdoctor.diagnose.findings import combined_impact_ms
@@ -119,13 +120,45 @@ def overlap_text(f: dict[str, Any]) -> str | None:
     return f"explains the same time as {', '.join(f['overlaps'])} (impacts not added)"
 
 
-def knobs_heading(f: dict[str, Any], framework: dict[str, Any] | None) -> str:
-    """Whether the knobs are the fix or a reference (DESIGN §5 framework awareness)."""
-    if f.get("knobs_role") == "reference":
+def knobs_heading(f: dict[str, Any], framework: dict[str, Any] | None, role: str | None = None) -> str:
+    """Whether the knobs are the fix or a reference (DESIGN §5 framework awareness); ``role`` heads a list
+    of knobs of that role only (a run that is not Megatron's: its environment knobs are the fix, the
+    Megatron settings a reference)."""
+    if (role or f.get("knobs_role")) == "reference":
         name = (framework or {}).get("name", "unknown")
         return (f"Megatron-Bridge / NeMo 2 / Megatron-LM settings for reference only: this run is not "
                 f"recognised as a Megatron run (framework: {name}); the fix is the advice above")
     return "knobs (the fix)"
+
+
+# Snapshot times are Unix microseconds (PyTorch converts its clock to Unix time); outside these years a
+# value is some other clock and gets no wall-clock time.
+_UNIX_US = (978_307_200_000_000, 4_102_444_800_000_000)  # 2001-01-01 .. 2100-01-01
+
+
+def history_time(t_us: int | None, start_us: int | None) -> str:
+    """A memory-history instant as people read it: ``+0.071 s`` after the history starts, and the wall
+    clock when the value is a Unix time (``+0.071 s, 14:03:35.120 UTC 2026-11-26``)."""
+    if t_us is None:
+        return ""
+    parts = [f"+{(t_us - start_us) / 1e6:,.3f} s after the history starts"] if start_us is not None else []
+    if _UNIX_US[0] <= t_us < _UNIX_US[1]:
+        wall = datetime.fromtimestamp(t_us / 1e6, tz=timezone.utc)
+        parts.append(wall.strftime("%Y-%m-%d %H:%M:%S.") + f"{wall.microsecond // 1000:03d} UTC")
+    return ", ".join(parts) if parts else f"t={t_us:,} µs"
+
+
+def reference_line(f: dict[str, Any]) -> str:
+    """The one line that stands for a finding's reference-only knobs (the run is not recognised as
+    Megatron's, so they are not the fix): where to read them."""
+    return f"{reference_what(f)} for reference: `perfdoctor explain {f['rule']}`"
+
+
+def reference_what(f: dict[str, Any]) -> str:
+    """What a finding's reference-only knobs are: Megatron settings, or (environment only) settings."""
+    megatron = any(k.get("megatron_bridge") or k.get("nemo") or k.get("megatron_lm")
+                   for k in f.get("knobs", []) if k.get("role") == "reference")
+    return "Megatron settings" if megatron else "settings"
 
 
 def what_if_text(knob: dict[str, Any]) -> str | None:

@@ -163,8 +163,14 @@ def _overview(dev: DeviceSummary) -> Table:
     t.add_row("window", f"{span / NS_PER_MS:,.2f} ms" if dev.window else "no events")
     steps = len(dev.step_ns)
     step_note = {"window": "no step markers: whole window = 1 step", "nvtx-step": "perfdoctor step ranges",
-                 "profiler-step": "ProfilerStep ranges"}.get(dev.step_source, dev.step_source)
+                 "profiler-step": "ProfilerStep ranges", "periodic": "optimizer period",
+                 "framework-step": f"framework ranges `{dev.step_label}`",
+                 "repeating-range": f"the run's repeating `{dev.step_label}` ranges"}.get(dev.step_source,
+                                                                                          dev.step_source)
     t.add_row("steps", f"{steps} ({step_note})")
+    if dev.excluded_ns > 0:
+        named = f" ({', '.join(dev.excluded_ranges)})" if dev.excluded_ranges else ""
+        t.add_row("before steps", f"{dev.excluded_ns / NS_PER_MS:,.2f} ms left out{named}")
     if dev.device_id is None:
         t.add_row("GPU", "no CUDA activity in this process")
         return t
@@ -316,14 +322,17 @@ def findings_panel(findings: list[dict], framework: dict | None = None, total_ms
                               style="dim"))
         if f.get("next_step"):
             parts.append(Text(f"       next step: {f['next_step']}"))
-        if f.get("knobs"):
-            parts.append(Text(f"       {sm.knobs_heading(f, framework)}:", style="dim"))
-        for knob in f.get("knobs", []):
+        fixes = [k for k in f.get("knobs", []) if k.get("role") != "reference"]
+        if fixes:
+            parts.append(Text(f"       {sm.knobs_heading(f, framework, 'fix')}:", style="dim"))
+        for knob in fixes:
             code = " | ".join(s.code.replace("\n", "; ") for s in knob_snippets(knob))
             parts.append(Text(f"       → {code}", style="green" if knob.get("role") == "fix" else ""))
             for extra in (knob.get("note"), sm.what_if_text(knob)):
                 if extra:
                     parts.append(Text(f"         {extra}", style="dim"))
+        if len(fixes) < len(f.get("knobs", [])):  # reference only (not a recognised Megatron run): one line
+            parts.append(Text(f"       {sm.reference_line(f)}", style="dim"))
         parts.append(Text(f"       guide: {f['guide']}  (perfdoctor explain {f['rule']})", style="dim"))
     if total_ms is not None:
         parts.append(Text(f"together: {total_ms:,.2f} ms per step (overlapping findings counted once)", style="bold"))

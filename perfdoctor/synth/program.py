@@ -672,6 +672,9 @@ class StageProgram:
     def _step(self, step: int) -> Waits:
         rec, sc, h = self.rec, self.sc, self.sc.host
         sr = rec.push(f"step n={step}", "perfdoctor") if self.label_pd else -1
+        user = self.sc.labels.get("user_steps", "")
+        ur = rec.push({"train_step": "train_step", "step_n": f"step_{step}",
+                       "lightning": "run_training_batch"}[user], None) if user and user != "forward_backward" else -1
         self.step_starts.append(rec.host)
         data_ms = h["data_ms"]
         if h["data_stall_every_steps"] and step % h["data_stall_every_steps"] == h["data_stall_every_steps"] - 1:
@@ -696,6 +699,9 @@ class StageProgram:
             for chunk in range(self.vpp):
                 ag_ends[chunk] = self._param_gathers(chunk, self.s_dp)
         passes = stage_passes(self.pp, self.vpp, self.m, self.stage)
+        phase = -1  # forward_backward: one "Forward" range over the passes up to the first backward, then "Backward"
+        if user == "forward_backward":
+            phase = rec.push("Forward", None)
         last_bwd = {}
         for i, p in enumerate(passes):
             if not p.forward:
@@ -704,12 +710,17 @@ class StageProgram:
         for i, p in enumerate(passes):
             recv, send = self._io(p, step)
             yield from self._p2p(step, [pending_send] if pending_send else [], [recv] if recv else [])
+            if not p.forward and phase >= 0 and self.rec.nvtx[phase][3] == "Forward":
+                rec.pop(phase)
+                phase = rec.push("Backward", None)
             if p.forward:
                 self._forward(p, step, gc_at, ag_ends)
             else:
                 self._backward(p, last_bwd[p.chunk] == i)
             pending_send = send
         yield from self._p2p(step, [pending_send] if pending_send else [], [])
+        if phase >= 0:
+            rec.pop(phase)
         if self.dp_size > 1:
             if sc.comm["overlap_grad_reduce"]:
                 rec.wait_stream(self.s_compute, self.s_dp)
@@ -725,6 +736,8 @@ class StageProgram:
         rec.copy(_LOSS_SCALAR_BYTES, COPY_DTOH, MEM_DEVICE, MEM_PAGEABLE, self.s_compute, loss_ns)
         rec.synchronize()
         rec.host_work(h["post_sync_python_us"] * 1e3)
+        if ur >= 0:
+            rec.pop(ur)
         if sr >= 0:
             rec.pop(sr)
 
@@ -746,10 +759,35 @@ class StageProgram:
         if self.label_pd:
             # the per-process `rank` mark is added by the writer, which knows which rank each file holds
             self.rec.mark("config " + json.dumps(config_mark, separators=(",", ":")), "perfdoctor")
+        phases = bool(self.sc.labels.get("user_phases"))
+        init = self.rec.push("init_model", None) if phases else -1
         if self.sc.nccl_comm_init:
             self._comm_init()
         else:
             self.rec.host_work(_SETUP_NS)
+        if init >= 0:
+            self._upload_weights()
+            self.rec.synchronize()
+            self.rec.pop(init)
+        warmup = self.sc.labels.get("user_warmup", 0) if phases else 0
+        loop = -1
         for step in range(self.sc.run["steps"]):
+            if phases and step == 0 and warmup:
+                loop = self.rec.push("warmup", None)
+            if phases and step == warmup:
+                if loop >= 0:
+                    self.rec.pop(loop)
+                loop = self.rec.push("benchmark_loop", None)
             yield from self._step(step)
+        if loop >= 0:
+            self.rec.pop(loop)
         self.step_starts.append(self.rec.host)
+
+    def _upload_weights(self) -> None:
+        """model.to("cuda") inside `init_model`: this stage's parameters as built (fp32) copied from pageable
+        host memory in 64 MiB pieces, on the compute stream."""
+        total = self.stage_params * 4
+        piece = 64 << 20
+        for off in range(0, int(total), piece):
+            nbytes = min(piece, int(total) - off)
+            self.rec.copy(nbytes, COPY_HTOD, MEM_PAGEABLE, MEM_DEVICE, self.s_compute, self.gpu.copy_ns(nbytes))

@@ -106,6 +106,13 @@ _SPEC: dict[str, dict[str, tuple[type | tuple[type, ...], Any, tuple[Any, ...] |
         "nccl_payload": (bool, False, None),
         # one ncclCommInitRankConfig range per communicator before the first step (with nccl_payload)
         "nccl_comm_init": (bool, True, None),
+        # the program's own NVTX ranges (default domain) around each iteration, as hand-written benchmarks and
+        # frameworks mark them: "train_step", "step_<n>", "Forward" + "Backward", Lightning's "run_training_batch"
+        "user_steps": (str, "", ("", "train_step", "step_n", "forward_backward", "lightning")),
+        # with user_steps: `init_model` (the weights uploaded to the GPU), `warmup` (the first `user_warmup` steps)
+        # and `benchmark_loop` (the rest) ranges, as a CS336-style benchmark script marks them
+        "user_phases": (bool, False, None),
+        "user_warmup": (int, 1, None),
     },
     "output": {
         "schema": (str, "2024.2", ("2022.4", "2024.2", "2026.2")),
@@ -133,8 +140,9 @@ _SPEC: dict[str, dict[str, tuple[type | tuple[type, ...], Any, tuple[Any, ...] |
 }
 # Keys that appear in a validated section only when the first of them is on, so scenarios without the
 # option (and the truth files that record their labels) read exactly as before it existed.
-_SPARSE = {"labels": ("nccl_payload", "nccl_comm_init"), "output": ("window_ms", "window_start_ms"),
-           "host": ("cuda_graphs", "cuda_graph_trace")}
+_SPARSE = [("labels", ("nccl_payload", "nccl_comm_init")),
+           ("labels", ("user_steps", "user_phases", "user_warmup")),
+           ("output", ("window_ms", "window_start_ms")), ("host", ("cuda_graphs", "cuda_graph_trace"))]
 
 # Process-group kinds with an NCCL communicator, in the order Megatron creates them
 # (initialize_model_parallel: data-parallel with CP, CP, TP, PP, then the expert groups).
@@ -346,7 +354,7 @@ def scenario_from_dict(raw: dict[str, Any]) -> Scenario:
     if unknown:
         raise _fail(unknown[0], f"unknown section (known: name, description, {', '.join(_SPEC)})")
     sections = {k: _section(k, raw.get(k)) for k in _SPEC}
-    for section, (switch, *rest) in _SPARSE.items():
+    for section, (switch, *rest) in _SPARSE:
         if not sections[section][switch]:
             for key in (switch, *rest):
                 del sections[section][key]

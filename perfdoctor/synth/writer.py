@@ -384,7 +384,7 @@ def _write_nvtx(
     first -= offset_ns
     domains: dict[str, int] = {}
     for *_, dom in rows:
-        if dom not in domains:
+        if dom is not None and dom not in domains:  # None: the default domain (id 0, never created)
             domains[dom] = len(domains) + 1
     starts, ends, etypes, texts, text_ids, dom_ids = [], [], [], [], [], []
     for dom, did in domains.items():
@@ -401,7 +401,7 @@ def _write_nvtx(
         registered = dom == "NCCL" or not ascii_text
         texts.append(None if registered else text)
         text_ids.append(sid(text) if registered else None)
-        dom_ids.append(domains[dom])
+        dom_ids.append(domains[dom] if dom is not None else 0)
     values: dict[str, Any] = {
         "start": starts,
         "end": ends,
