@@ -11,7 +11,9 @@ one ``*.json`` (often gzipped) per rank: ``traceEvents`` plus ``deviceProperties
 - ``gpu_memcpy`` / ``gpu_memset`` → memcpy / memset (copy kind from the event name, nsys' enum);
 - ``cuda_runtime`` / ``cuda_driver`` → CUDA API calls (their ``correlation`` links them to kernels);
 - ``cpu_op`` and ``user_annotation`` → ranges in the default NVTX domain, as nsys shows
-  ``emit_nvtx`` ranges: ``ProfilerStep#N`` defines steps, ``enumerate(DataLoader)#...`` data loading.
+  ``emit_nvtx`` ranges: ``ProfilerStep#N`` defines steps, ``enumerate(DataLoader)#...`` data loading;
+  their ``category`` column says which of the two each was (``OP_CATEGORY``: the host time covered by
+  operators, against which time outside any operator — GC, I/O, plain Python — stands out).
 
 Times: Kineto writes microseconds (``ts``, ``dur``), absolute since the epoch in older versions and
 relative to ``baseTimeNanoseconds`` in newer ones; both become integer nanoseconds, rounded after
@@ -56,6 +58,9 @@ TID_BITS = 24  # the same globalTid layout as nsys exports (load.nsys): pid << 2
 ID_MASK = (1 << TID_BITS) - 1
 NVTX_PUSH_POP = 59  # ranges land in the NVTX table as push/pop ranges of the default domain
 RANGE_CATEGORIES = ("cpu_op", "user_annotation")
+# The NVTX ``category`` column of a Kineto range says which it was: an operator the profiler recorded
+# (``cpu_op``: every launch happens inside one) or a user annotation (``record_function``, ``ProfilerStep#N``).
+OP_CATEGORY, ANNOTATION_CATEGORY = 1, 0
 API_CATEGORIES = ("cuda_runtime", "cuda_driver")
 # Kineto's memcpy names: "Memcpy HtoD (Pageable -> Device)"; nsys' ENUM_CUDA_MEMCPY_OPER codes.
 COPY_KINDS = {"HtoD": 1, "DtoH": 2, "HtoA": 3, "AtoH": 4, "AtoA": 5, "AtoD": 6, "DtoA": 7, "DtoD": 8,
@@ -335,6 +340,7 @@ class _Collector:
 
     def _range(self, rows: list[_Event]) -> None:
         self._host("range", rows)
+        self.cols.add("range.op", [e.cat == "cpu_op" for e in rows], np.int64)
 
 
 _KIND = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset",
@@ -455,7 +461,8 @@ def _build(c: _Collector, meta: dict[str, Any]) -> tuple[TraceInfo, list[Timelin
         "start": ranges["start"], "end": ranges["end"], "event_type": np.full(n, NVTX_PUSH_POP, dtype=np.int64),
         "tid": ranges["tid"], "end_tid": np.full(n, -1, dtype=np.int64), "domain": np.full(n, None, dtype=object),
         "text": np.asarray(strings[c.cols.get("range.name", np.int64)[mine]], dtype=object),
-        "range_id": np.full(n, -1, dtype=np.int64), "category": np.full(n, -1, dtype=np.int64),
+        "range_id": np.full(n, -1, dtype=np.int64),
+        "category": np.where(c.cols.get("range.op", np.int64)[mine] > 0, OP_CATEGORY, ANNOTATION_CATEGORY),
         "int_value": np.full(n, -1, dtype=np.int64), "double_value": np.full(n, np.nan),
     }).sorted_by("start")
 
