@@ -436,9 +436,9 @@ def _build(c: _Collector, meta: dict[str, Any]) -> tuple[TraceInfo, list[Timelin
     pids, counts = pids[real], counts[real]
     host_pid = int(pids[np.argmax(counts)]) if pids.size else 0  # the process that launched the most
     gpid = (host_pid & ID_MASK) << TID_BITS
-    # The profiler records no Python garbage collection: device idle time it causes looks launch-bound.
+    # The profiler records no Python garbage collection: device idle time it causes is host time outside ops.
     warnings: list[str] = ["PyTorch profiler traces do not record Python garbage collection: device idle time "
-                           "caused by GC pauses is counted as launch-bound"]
+                           "caused by GC pauses is counted as host time outside profiled ops (host.outside_ops_ms)"]
     if pids.size > 1:
         warnings.append(f"events of {pids.size} host processes; CUDA calls and ranges of pid {host_pid} are used")
 

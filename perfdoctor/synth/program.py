@@ -66,6 +66,10 @@ _NORM_TUNED_HIDDEN = {
 _FIRST_STAGE_INPUTS = (8, 8)
 _LAST_STAGE_INPUTS = (8, 4)
 _LOSS_SCALAR_BYTES = 4  # the fp32 loss / grad-norm read back with `.item()` at step end
+# What PyTorch's profiler (and emit_nvtx) names the training loop's wait for the next batch (labels.pytorch);
+# its step ranges are `ProfilerStep#N`.
+DATALOADER_RANGE = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+_DEEP_EP_NOTIFY_NS = 25_000.0  # DeepEP's count exchange before a dispatch / combine: a few network round trips
 
 
 class StageProgram:
@@ -95,6 +99,9 @@ class StageProgram:
         self.s_dp = base + 8
         self.s_tp = base + 9
         self.s_cp = base + 10
+        self.s_ep = base + 11  # DeepEP's comm stream (kernels.deep_ep)
+        self.s_prefetch = base + 12  # a side stream for host.prefetch_mb
+        self.deep_ep = bool(k.get("deep_ep"))
         self.layers_per_chunk = m["layers"] // (self.pp * self.vpp)
         self._noise = np.ones(0)
         self._noise_i = 0
@@ -239,6 +246,10 @@ class StageProgram:
                     per.append((t.add(K.gemm_kernel(fam, fp8, 24 + e % 4, sm)), g.gemm_ns(fc2_flops / e_local, fp8)))
                 self.k["experts_fwd"] = per
             self.k["experts_bwd"] = [(spec, dur * 2) for spec, dur in reversed(self.k["experts_fwd"])]
+            if k.get("deep_ep"):
+                self.k["ep_layout"] = (t.add(K.deep_ep_kernel("layout")), g.memory_ns(tok * m["moe_experts"] * 8))
+                for what in ("notify_dispatch", "dispatch", "cached_notify", "combine"):
+                    self.k[f"deep_ep_{what}"] = (t.add(K.deep_ep_kernel(what)), _DEEP_EP_NOTIFY_NS)
         # optimizer
         self.k["l2norm"] = (t.add(K.elementwise_kernel("l2norm")), 0.0)
         self.k["adam"] = (t.add(K.elementwise_kernel("adam")), 0.0)
@@ -453,6 +464,15 @@ class StageProgram:
             self._run("permute")
         a2a = self.a2a_bytes * (0.8 + 0.4 * self.rng.random())
         xfer = self.gpu.link_ns(a2a * (ep - 1) / ep, network=self.sc.comm["dp_network"]) if ep > 1 else 0
+        if self.deep_ep and ep > 1:
+            self._deep_ep_exchange("dispatch", xfer)
+            self._seq(self.k["experts_fwd" if forward else "experts_bwd"])
+            self._deep_ep_exchange("combine", xfer)
+            self._run("unpermute" if forward else "permute")
+            if not forward:
+                self._run("topk")
+                self._run("router")
+            return
         # all_to_all_single: a send and a receive with every other EP rank, 1/ep of the tokens each
         calls = tuple((name, i) for i in range(1, ep) for name in ("ncclSend", "ncclRecv"))
         per_peer = int(a2a) // ep
@@ -485,6 +505,20 @@ class StageProgram:
         if not forward:
             self._run("topk")
             self._run("router")
+
+    def _deep_ep_exchange(self, what: str, xfer: float) -> None:
+        """A DeepEP dispatch or combine: the layout kernel (dispatch only) on the compute stream, then the
+        count exchange and the token transfer on DeepEP's comm stream, which waits for the compute stream's
+        tokens and which the compute stream then waits for."""
+        rec = self.rec
+        if what == "dispatch":
+            self._run("ep_layout")
+        rec.wait_stream(self.s_ep, self.s_compute)
+        notify = "notify_dispatch" if what == "dispatch" else "cached_notify"
+        spec, dur = self.k[f"deep_ep_{notify}"]
+        rec.launch(spec, self.s_ep, self._n(dur), "ep")
+        rec.launch(self.k[f"deep_ep_{what}"][0], self.s_ep, self._n(xfer), "ep")
+        rec.wait_stream(self.s_compute, self.s_ep)
 
     def _graphed(self, key: str, layer_pass: Callable[[], None]) -> None:
         """One layer pass, replayed from its CUDA graph when the scenario uses graphs (host.cuda_graphs, as
@@ -672,6 +706,7 @@ class StageProgram:
     def _step(self, step: int) -> Waits:
         rec, sc, h = self.rec, self.sc, self.sc.host
         sr = rec.push(f"step n={step}", "perfdoctor") if self.label_pd else -1
+        pr = rec.push(f"ProfilerStep#{step}", "") if sc.labels.get("pytorch") else -1
         self.step_starts.append(rec.host)
         data_ms = h["data_ms"]
         if h["data_stall_every_steps"] and step % h["data_stall_every_steps"] == h["data_stall_every_steps"] - 1:
@@ -680,9 +715,14 @@ class StageProgram:
         grad_bytes = self.stage_params * sc.comm["grad_dtype_bytes"]
         rec.fill(grad_bytes, self.s_compute, self.gpu.fill_ns(grad_bytes))
         dr = rec.push("data", "perfdoctor") if self.label_pd else -1
+        tr = rec.push(DATALOADER_RANGE, "") if sc.labels.get("pytorch") else -1
         rec.host_work(data_ms * 1e6, "data")
-        if dr >= 0:
-            rec.pop(dr)
+        for r in (tr, dr):
+            if r >= 0:
+                rec.pop(r)
+        prefetch = int(h.get("prefetch_mb", 0) * 2**20)
+        if prefetch:  # nothing waits for it: the next step's batch, or offloaded weights for later
+            rec.copy(prefetch, COPY_HTOD, MEM_PINNED, MEM_DEVICE, self.s_prefetch, self.gpu.copy_ns(prefetch))
         for _ in range(self.m):
             for nbytes in self.input_bytes:
                 rec.copy(nbytes, COPY_HTOD, MEM_PINNED, MEM_DEVICE, self.s_compute, self.gpu.copy_ns(nbytes))
@@ -725,8 +765,9 @@ class StageProgram:
         rec.copy(_LOSS_SCALAR_BYTES, COPY_DTOH, MEM_DEVICE, MEM_PAGEABLE, self.s_compute, loss_ns)
         rec.synchronize()
         rec.host_work(h["post_sync_python_us"] * 1e3)
-        if sr >= 0:
-            rec.pop(sr)
+        for r in (pr, sr):
+            if r >= 0:
+                rec.pop(r)
 
     def _optimizer(self) -> None:
         """Grad-norm and Adam as multi-tensor-apply chunks over this rank's (sharded) parameters."""

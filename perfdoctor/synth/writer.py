@@ -382,12 +382,14 @@ def _write_nvtx(
     first = min(r[0] for r in rec.nvtx)
     rows = ([(first, None, NVTX_MARK, rank_mark, "perfdoctor")] if rank_mark else []) + rec.nvtx
     first -= offset_ns
-    domains: dict[str, int] = {}
+    domains: dict[str, int] = {"": 0}  # the default domain ("" here) has id 0 and no creation row
     for *_, dom in rows:
         if dom not in domains:
-            domains[dom] = len(domains) + 1
+            domains[dom] = len(domains)
     starts, ends, etypes, texts, text_ids, dom_ids = [], [], [], [], [], []
     for dom, did in domains.items():
+        if not did:
+            continue
         starts.append(first - 10_000 + did)
         ends.append(None)
         etypes.append(NVTX_DOMAIN_CREATE)
