@@ -371,3 +371,22 @@ def test_launch_statistics_are_per_launch_call(which, path, request):
     assert rank["host.launch_interval_us"] == pytest.approx(statistics.median(intervals), rel=1e-3, abs=2e-3)
     assert rank["host.launch_call_us"] == pytest.approx(statistics.median(d for *_, d in launching), rel=1e-3, abs=2e-3)
     assert rank["host.launch_interval_us"] > 0
+
+
+def test_operators_and_annotations_are_told_apart():
+    """cpu_op ranges (the operators every launch happens inside) and user annotations (record_function,
+    ProfilerStep#N) keep their kind: host time outside any operator is measured against the operators."""
+    from perfdoctor.load.kineto import ANNOTATION_CATEGORY, OP_CATEGORY
+
+    events = _trace(EAGER)["traceEvents"]
+    kinds = Counter(e["cat"] for e in events if e.get("ph") == "X" and e.get("cat") in ("cpu_op", "user_annotation"))
+    _, (tl,) = load_kineto(EAGER)
+    category = Counter(tl.nvtx.col("category").tolist())
+    assert category == {OP_CATEGORY: kinds["cpu_op"], ANNOTATION_CATEGORY: kinds["user_annotation"]}
+
+
+def test_eager_host_gaps_stay_launch_bound(eager):
+    """The eager loop's idle time is the launch loop's: hardly any of it is a pause outside operators."""
+    m = eager["metrics"]["all"]
+    assert m["host.outside_ops_ms"] < 0.05 * m["host.launch_bound_ms"]
+    assert m["host.gc_ms"] == 0

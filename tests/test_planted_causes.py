@@ -1,0 +1,117 @@
+"""The planted cases of issue 23, in both trace formats the simulator writes (nsys SQLite and PyTorch
+profiler JSON): each gets the right cause and the right advice.
+
+- a DataLoader stall recorded only by PyTorch's own ranges → data loading, the data-loading advice, no
+  CUDA graphs;
+- one long host pause per step that nothing records (GC under torch.profiler) → host time outside
+  profiled ops, no CUDA graphs;
+- DeepEP dispatch/combine kernels on their own stream, no NCCL call → expert-parallel communication,
+  labelled ep, and the EP finding.
+
+Expected values come from the simulator's truth files (what it scheduled), never from perfdoctor.
+"""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from perfdoctor import api
+from perfdoctor.classify.timeline import copy_classes, kernel_classes
+from perfdoctor.load.run import load_trace
+from perfdoctor.measure.activity import activity
+from perfdoctor.measure.breakdown import activity_window
+from perfdoctor.measure.host import CAUSES, DEVICE_WAIT, gap_causes, host_gaps
+from perfdoctor.measure.steps import find_steps
+from perfdoctor.synth import run_scenario
+from tests.paths import SAMPLES
+
+SCENARIOS = Path(str(resources.files("perfdoctor.synth").joinpath("scenarios")))
+NO_LAUNCH_ADVICE = {"host-launch-bound", "cuda-graphs-candidate"}
+
+
+@pytest.fixture(scope="module", params=["sqlite", "kineto"])
+def fmt(request) -> str:
+    return request.param
+
+
+def _trace(name: str, fmt: str, tmp: Path) -> Path:
+    if fmt == "sqlite":
+        return SAMPLES / name
+    run_scenario(SCENARIOS / f"{name}.yaml", tmp / name, fmt="kineto")
+    return tmp / name
+
+
+def _truth_steps(name: str) -> list[dict]:
+    (truth,) = [json.loads(p.read_text()) for p in (SAMPLES / name).glob("*.truth.json")]
+    (rank,) = truth["ranks"].values()
+    return rank["steps"]
+
+
+def _median(name: str, get) -> float:
+    return float(np.median([get(s) for s in _truth_steps(name)]))
+
+
+def test_dataloader_stall_is_data_loading_not_launch_overhead(fmt, tmp_path):
+    report = api.analyze([_trace("data_stall", fmt, tmp_path)])
+    m = report.metrics["all"]
+    want = _median("data_stall", lambda s: s["host_gap_ms"]["data"])
+    assert want > 20
+    assert m["host.data_ms"] == pytest.approx(want, rel=0.05)
+    assert m["host.launch_bound_ms"] < 0.05 * want
+    rules = {f["rule"]: f for f in report.findings}
+    assert "data-loading-stall" in rules and not rules.keys() & NO_LAUNCH_ADVICE
+    finding = rules["data-loading-stall"]
+    assert finding["severity"] == "high" and finding["impact_ms_per_step"] == pytest.approx(want, rel=0.05)
+    assert any(k.get("megatron_lm") == "--num-workers" and k.get("value") == 8 for k in finding["knobs"])
+
+
+def test_an_unrecorded_host_pause_is_outside_profiled_ops(fmt, tmp_path):
+    report = api.analyze([_trace("gc_pause", fmt, tmp_path)])
+    m = report.metrics["all"]
+    # The simulator knows the pauses were GC; the trace does not record them (no perfdoctor marks).
+    want = _median("gc_pause", lambda s: s["host_gap_ms"]["gc"])
+    assert want > 30
+    assert m["host.gc_ms"] == 0
+    assert m["host.outside_ops_ms"] == pytest.approx(want, rel=0.05)
+    assert m["host.launch_bound_ms"] < 0.05 * want
+    rules = {f["rule"] for f in report.findings}
+    assert "host-outside-ops" in rules and not rules & NO_LAUNCH_ADVICE
+
+
+def test_deep_ep_kernels_are_expert_parallel_communication(fmt, tmp_path):
+    report = api.analyze([_trace("deep_ep", fmt, tmp_path)])
+    m = report.metrics["all"]
+    steps = _truth_steps("deep_ep")
+    assert m["comm.ep.time_ms"] == pytest.approx(float(np.median([s["comm_ms"]["ep"] for s in steps])), rel=0.05)
+    assert m["comm.ep.exposed_ms"] == pytest.approx(float(np.median([s["exposed_ms"]["ep"] for s in steps])),
+                                                    rel=0.05)
+    assert m["compute.fraction"] == pytest.approx(float(np.median([s["compute_ms"] / s["step_ms"] for s in steps])),
+                                                  rel=0.05)
+    (device,) = report.devices
+    assert device.comm_libraries["deep_ep"] > 0
+    ep = device.groups["ep"]
+    assert set(ep["confidence"]) == {"high"}
+    assert "exposed-ep-comm" in {f["rule"] for f in report.findings}
+
+
+def test_gap_causes_are_the_gaps_host_gaps_sums():
+    """The per-gap causes (what the critical path blames host time with) add up to the per-step metrics."""
+    (path,) = (SAMPLES / "data_stall").glob("*.sqlite")
+    _, (tl,) = load_trace(path)
+    kcls = kernel_classes(tl.kernels)
+    act = activity(tl, kcls, copy_classes(tl.memcpy))
+    steps = find_steps(tl, activity_window(tl), kcls)
+    gaps = gap_causes(tl, steps, act.busy)
+    assert np.all(gaps.start[1:] >= gaps.end[:-1]) and np.all(gaps.end > gaps.start)
+    per_step = host_gaps(tl, steps, act.busy)
+    for i, cause in enumerate(CAUSES):
+        mine = gaps.cause == i
+        assert np.bincount(gaps.step[mine], weights=gaps.end[mine] - gaps.start[mine], minlength=len(steps)) \
+            == pytest.approx(per_step.by_cause[cause])
+    assert set(gaps.names[gaps.cause == DEVICE_WAIT]) <= {"device_wait"}
+    assert "data" in set(gaps.names)
