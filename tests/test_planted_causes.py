@@ -115,3 +115,42 @@ def test_gap_causes_are_the_gaps_host_gaps_sums():
             == pytest.approx(per_step.by_cause[cause])
     assert set(gaps.names[gaps.cause == DEVICE_WAIT]) <= {"device_wait"}
     assert "data" in set(gaps.names)
+
+
+def _kineto_event(name: str, cat: str, ts: float, dur: float, **args) -> dict:
+    pid, tid = (0, args["stream"]) if cat == "kernel" else (1, 1)
+    return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur, "args": args}
+
+
+def test_deepseek_ep_kernels_are_communication_not_compute(tmp_path):
+    """DeepSeek-V3 training as its published profile records it (deepseek-ai/profile-data train.json): the
+    DeepEP kernels under DeepSeek's own namespace on their own stream are expert-parallel communication."""
+    gemm = "void dpsk::gemm::fp8_gemm_kernel<7168u, 2048u, 128u, 128u, 128u, 5u, 128u, 128u, 2u, " \
+           "(dpsk::gemm::GemmType)0>(__nv_bfloat16*, float*, int*, unsigned int, unsigned int, CUtensorMap_st, " \
+           "CUtensorMap_st, CUtensorMap_st, CUtensorMap_st)"
+    ep = ["void dpsk::ep::internode::notify_dispatch<false, 4>(int const*, long*, int)",
+          "void dpsk::ep::internode::dispatch<false, 8, true, 8>(int4*, float*, long*)",
+          "void dpsk::ep::internode::cached_notify<false>(int, int, int, int, int*)",
+          "void dpsk::ep::internode::combine<false, 4, __nv_bfloat16, 4, 4, 16, 24>(int4*, float*, bool const*)"]
+    events, corr = [], 0
+    for step in range(3):
+        t0 = 10_000.0 * step
+        events.append(_kineto_event(f"ProfilerStep#{step}", "user_annotation", t0, 10_000.0))
+        for i in range(8):  # compute stream: GEMMs; the EP stream: dispatch/combine beside them, half exposed
+            corr += 1
+            events.append(_kineto_event("cudaLaunchKernel", "cuda_runtime", t0 + 10 * i, 5, correlation=corr))
+            events.append(_kineto_event(gemm, "kernel", t0 + 100 + 1000 * i, 600, stream=7, correlation=corr))
+            corr += 1
+            events.append(_kineto_event("cudaLaunchKernel", "cuda_runtime", t0 + 10 * i + 5, 3, correlation=corr))
+            events.append(_kineto_event(ep[i % 4], "kernel", t0 + 400 + 1000 * i, 500, stream=27, correlation=corr))
+    path = tmp_path / "dsv3.pt.trace.json"
+    path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events}, indent=2))
+    report = api.analyze([path])
+    m = report.metrics["all"]
+    assert m["comm.ep.time_ms"] == pytest.approx(4.0)  # 8 kernels of 0.5 ms per step
+    assert m["comm.ep.exposed_ms"] == pytest.approx(8 * 0.2)  # each runs 0.2 ms past its GEMM
+    assert m["compute.fraction"] == pytest.approx(8 * 0.6 / 10)
+    (device,) = report.devices
+    assert device.comm_libraries == {"deep_ep": 24}
+    assert set(device.groups) == {"ep"} and set(device.groups["ep"]["confidence"]) == {"high"}
+    assert "exposed-ep-comm" in {f["rule"] for f in report.findings}
