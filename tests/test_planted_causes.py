@@ -14,6 +14,7 @@ Expected values come from the simulator's truth files (what it scheduled), never
 from __future__ import annotations
 
 import json
+import sqlite3
 from importlib import resources
 from pathlib import Path
 
@@ -154,3 +155,24 @@ def test_deepseek_ep_kernels_are_communication_not_compute(tmp_path):
     assert device.comm_libraries == {"deep_ep": 24}
     assert set(device.groups) == {"ep"} and set(device.groups["ep"]["confidence"]) == {"high"}
     assert "exposed-ep-comm" in {f["rule"] for f in report.findings}
+
+
+def test_prefetch_scenario_plants_a_side_stream_copy_beside_compute():
+    """prefetch_overlap: one 128 MiB pinned host-to-device copy per step on a stream of its own (no kernel,
+    no synchronisation on it), running while the compute kernels run."""
+    (path,) = (SAMPLES / "prefetch_overlap").glob("*.sqlite")
+    con = sqlite3.connect(path)
+    big = con.execute("SELECT start, end, streamId FROM CUPTI_ACTIVITY_KIND_MEMCPY WHERE bytes = ? AND copyKind = 1",
+                      (128 << 20,)).fetchall()
+    steps = len(_truth_steps("prefetch_overlap"))
+    assert len(big) == steps and len({s for _, _, s in big}) == 1
+    stream = big[0][2]
+    assert con.execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE streamId = ?",
+                       (stream,)).fetchone()[0] == 0
+    assert con.execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_SYNCHRONIZATION WHERE streamId = ?",
+                       (stream,)).fetchone()[0] == 0
+    for start, end, _ in big:  # compute runs while it copies
+        beside = con.execute("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE start < ? AND end > ?",
+                             (end, start)).fetchone()[0]
+        assert beside > 0
+    con.close()
