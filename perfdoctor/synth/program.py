@@ -69,6 +69,7 @@ _LOSS_SCALAR_BYTES = 4  # the fp32 loss / grad-norm read back with `.item()` at 
 # What PyTorch's profiler (and emit_nvtx) names the training loop's wait for the next batch (labels.pytorch);
 # its step ranges are `ProfilerStep#N`.
 DATALOADER_RANGE = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+_PROFILER_STEP_NS = 60_000  # torch.profiler's step() bookkeeping at the top of each step (labels.pytorch)
 _DEEP_EP_NOTIFY_NS = 25_000.0  # DeepEP's count exchange before a dispatch / combine: a few network round trips
 
 
@@ -711,15 +712,15 @@ class StageProgram:
         data_ms = h["data_ms"]
         if h["data_stall_every_steps"] and step % h["data_stall_every_steps"] == h["data_stall_every_steps"] - 1:
             data_ms += h["data_stall_ms"]
+        pytorch = bool(sc.labels.get("pytorch"))
+        if pytorch:  # a plain PyTorch loop: prof.step()'s bookkeeping, then `for batch in loader` fetches first
+            rec.host_work(_PROFILER_STEP_NS)
+            self._fetch(data_ms)
         # zero_grad_buffer: Megatron clears this stage's contiguous grad buffer before forward-backward
         grad_bytes = self.stage_params * sc.comm["grad_dtype_bytes"]
         rec.fill(grad_bytes, self.s_compute, self.gpu.fill_ns(grad_bytes))
-        dr = rec.push("data", "perfdoctor") if self.label_pd else -1
-        tr = rec.push(DATALOADER_RANGE, "") if sc.labels.get("pytorch") else -1
-        rec.host_work(data_ms * 1e6, "data")
-        for r in (tr, dr):
-            if r >= 0:
-                rec.pop(r)
+        if not pytorch:
+            self._fetch(data_ms)
         prefetch = int(h.get("prefetch_mb", 0) * 2**20)
         if prefetch:  # nothing waits for it: the next step's batch, or offloaded weights for later
             rec.copy(prefetch, COPY_HTOD, MEM_PINNED, MEM_DEVICE, self.s_prefetch, self.gpu.copy_ns(prefetch))
@@ -766,6 +767,16 @@ class StageProgram:
         rec.synchronize()
         rec.host_work(h["post_sync_python_us"] * 1e3)
         for r in (pr, sr):
+            if r >= 0:
+                rec.pop(r)
+
+    def _fetch(self, data_ms: float) -> None:
+        """The training loop waiting `data_ms` for its next batch, inside the data-loading ranges it records."""
+        rec = self.rec
+        dr = rec.push("data", "perfdoctor") if self.label_pd else -1
+        tr = rec.push(DATALOADER_RANGE, "") if self.sc.labels.get("pytorch") else -1
+        rec.host_work(data_ms * 1e6, "data")
+        for r in (tr, dr):
             if r >= 0:
                 rec.pop(r)
 
