@@ -186,3 +186,39 @@ def test_prefetch_scenario_plants_a_side_stream_copy_beside_compute():
                              (end, start)).fetchone()[0]
         assert beside > 0
     con.close()
+
+
+def test_kineto_host_window_causes(tmp_path):
+    """A PyTorch-profiler trace made by hand, each step: a launch loop (an operator and a launch every
+    100 µs, 20 µs kernels), one 1.5 ms operator that launches at its end, a 1.5 ms stretch with no operator
+    and no CUDA call, then an optimizer step whose operators launch three kernels. The loop's gaps and the
+    long operator's are launch-bound (the host was running profiled ops: a stretch without CUDA calls is not
+    a pause when an operator covers it), the stretch is outside profiled ops, the optimizer's gaps are the
+    optimizer's — whatever the host was in at the instant the device went idle."""
+    events, corr, step_us = [], 0, 7000.0
+
+    def launch(at: float, op: str, op_us: float = 20.0, op_start: float | None = None) -> None:
+        nonlocal corr
+        corr += 1
+        events.append(_kineto_event(op, "cpu_op", at - 10 if op_start is None else op_start, op_us))
+        events.append(_kineto_event("cudaLaunchKernel", "cuda_runtime", at, 5, correlation=corr))
+        events.append(_kineto_event("void at::native::vectorized_elementwise_kernel<4>(int)", "kernel", at + 10, 20,
+                                    stream=7, correlation=corr))
+
+    for step in range(3):
+        t0 = step * step_us
+        events.append(_kineto_event(f"ProfilerStep#{step}", "user_annotation", t0, step_us))
+        for i in range(20):
+            launch(t0 + 100 + 100 * i, "aten::mul")
+        launch(t0 + 3580, "aten::nonzero", 1510, op_start=t0 + 2090)  # host work inside an operator
+        launch(t0 + 5100, "aten::add")  # after 1.5 ms with nothing recorded
+        events.append(_kineto_event("Optimizer.step#AdamW.step", "user_annotation", t0 + 5200, 1600))
+        for at in (5310, 5810, 6310):
+            launch(t0 + at, "aten::_foreach_add_", 400)
+    path = tmp_path / "host.pt.trace.json"
+    path.write_text(json.dumps({"schemaVersion": 1, "traceEvents": events}, indent=2))
+    m = api.analyze([path]).metrics["ranks"]["0"]
+    assert m["host.outside_ops_ms"] == pytest.approx((5110 - 3610) / 1e3)
+    assert m["host.optimizer_ms"] == pytest.approx((5320 - 5130 + 5820 - 5340 + 6320 - 5840 + 7000 - 6340) / 1e3)
+    assert m["host.launch_bound_ms"] == pytest.approx((19 * 80 + 110 + 3590 - 2030) / 1e3)
+    assert m["host.data_ms"] == m["host.gc_ms"] == m["host.sync_ms"] == 0
