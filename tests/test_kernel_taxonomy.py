@@ -145,11 +145,83 @@ POSITIVE: list[tuple[str, str | None, KernelClass]] = [
     ("cross_device_reduce_1stage", None, comm("all_reduce", "symmetric_memory")),
     ("void vllm::cross_device_reduce_2stage<__nv_bfloat16, 8>(vllm::RankData*, vllm::RankSignals, vllm::Signal*, "
      "__nv_bfloat16*, int, int)", None, comm("all_reduce", "symmetric_memory")),
+    # torch NVSHMEM all_to_all_vdev (c10d::nvshmem_extension)
+    ("void c10d::nvshmem_extension::allToAllV(void*, void*, long*, unsigned long, int, int)", None,
+     comm("all_to_all", "symmetric_memory")),
+    ("exchangeSplitAndOffset_2d", None, comm("all_to_all", "symmetric_memory")),
+    # DeepEP (deepseek-ai/DeepEP csrc/kernels), one name per kernel family
     ("dispatch", "void deep_ep::intranode::dispatch<(int)8, (int)768, (int)6144>(int4 *, float *, int *)",
-     comm("all_to_all", "symmetric_memory")),
-    ("void deep_ep::internode_ll::combine<false>(void*, int*, int)", None, comm("all_to_all", "symmetric_memory")),
+     comm("all_to_all", "deep_ep")),
+    ("void deep_ep::internode_ll::combine<false>(void*, int*, int)", None, comm("all_to_all", "deep_ep")),
     ("void primus_turbo::deep_ep::intranode::cached_notify_dispatch<8>(int const*, int, void**, int**, int)", None,
-     comm("all_to_all", "symmetric_memory")),
+     comm("all_to_all", "deep_ep")),
+    # SGLang prefill on DeepEP (deepseek-ai/profile-data): older builds keep the layout kernel in internode::
+    ("void deep_ep::internode::notify_dispatch<false, 4>(int const*, int*, int, int const*, int*, int const*, int*, "
+     "int, bool const*, int, int, int, int, int, int, int, int*, int*, int*, int*, void*, void**, int**, int, int, "
+     "int)", None, comm("all_to_all", "deep_ep")),
+    ("void deep_ep::internode::get_dispatch_layout<256, 32, 8>(long const*, int*, int*, int*, bool*, int, int, int, "
+     "int)", None, ew("moe")),
+    ("void deep_ep::elastic::hybrid_dispatch_impl<true, false, 24, 4, 8, 8, 8, 7168, 56, 4096, 256, 8, 64, 2, "
+     "100000000000>(void*)", None, comm("all_to_all", "deep_ep")),
+    ("void deep_ep::elastic::pp_send_impl<8, 2, 4096, 1, 100000000000>(ncclDevComm, ncclWindow_vidmem*, void*, "
+     "long, void*, void*, int, int, long, int)", None, comm("send_recv", "deep_ep")),
+    # DeepSeek-V3 training and inference (deepseek-ai/profile-data train.json, prefill.json, decode.json)
+    ("void dpsk::ep::internode::dispatch<false, 8, true, 8>(int4*, float*, long*, float*, "
+     "dpsk::ep::internode::SourceMeta*, int4 const*, float const*, long const*, float const*, int*, int*, int*, int*, "
+     "int const*, int const*, int const*, int const*, int, int, int, int, int, bool const*, void*, int, int, void**, "
+     "int, int, int, int, int*)", None, comm("all_to_all", "deep_ep")),
+    ("void dpsk::ep::internode::combine<false, 4, __nv_bfloat16, 4, 4, 16, 24>(int4*, float*, bool const*, "
+     "int4 const*, float const*, int4 const*, int4 const*, int const*, int const*, "
+     "dpsk::ep::internode::SourceMeta const*, int const*, int const*, int const*, int, int, int, int, void*, int, "
+     "int, void**, int, int, int, int, int*)", None, comm("all_to_all", "deep_ep")),
+    ("void dpsk::ep::internode::notify_dispatch<false, 4>(int const*, long*, int, int const*, int*, int const*, "
+     "int*, int, bool const*, int, int, int, int, int, int, int, int*, int*, int*, int*, void*, void**, int**, int, "
+     "int, int*, int)", None, comm("all_to_all", "deep_ep")),
+    ("void dpsk::ep::internode::cached_notify<false>(int, int, int, int, int*, int, int, int const*, int const*, "
+     "int*, void*, void**, int**, int, int, int, int*, bool, int)", None, comm("all_to_all", "deep_ep")),
+    ("void dpsk::ep::internode::dispatch_ll<true, 3, 10, 7168>(void*, float*, int*, long*, int*, int*, void*, int*, "
+     "void*, void const*, long const*, int*, int*, int*, int, int, int, int, int, int, int, int*, int)", None,
+     comm("all_to_all", "deep_ep")),
+    ("void dpsk::ep::internode::combine_ll<3, 10, 7168, 9>(void*, void*, int*, void*, void const*, long const*, "
+     "float const*, int const*, long const*, int*, int, int*, int, int, int, int, int, int, int, int*, int)", None,
+     comm("all_to_all", "deep_ep")),
+    ("void dpsk::ep::cuda::get_dispatch_layout<256, 32, 8>(long const*, int*, int*, int*, bool*, int, int, int, "
+     "int)", None, ew("moe")),
+    # HybridEP (Megatron's flex dispatcher backend; names as profiling scripts match them)
+    ("void hybrid_ep::dispatch_kernel<__nv_bfloat16>(hybrid_ep::dispatch_kernel_param_t<__nv_bfloat16>)", None,
+     comm("all_to_all", "deep_ep")),
+    ("void hybrid_ep::combine_kernel<8>(hybrid_ep::combine_kernel_param_t)", None, comm("all_to_all", "deep_ep")),
+    ("hybrid_ep::device_sync_kernel(int*, int)", None, comm("other", "deep_ep")),
+    # MSCCL++: its DeepEP port, collectives, executor
+    ("dispatch", "void mscclpp::ep::internode_ll::dispatch<true, false, false, 3, 10, 7168>(void*, float*, int*, "
+     "long*, int*, void*, long*, void*, void const*, long const*, int*, int*, long*, int, int, int, int, int, int, "
+     "int, int, void*, mscclpp::PortChannelDeviceHandle*)", comm("all_to_all", "deep_ep")),
+    ("allreducePacket", "void mscclpp::collective::allreducePacket<(mscclpp::ReduceOp)0, __nv_bfloat16, "
+     "__nv_bfloat16>(__nv_bfloat16*, __nv_bfloat16*, __nv_bfloat16*, mscclpp::DeviceHandle<mscclpp::MemoryChannel>*, "
+     "unsigned long, unsigned long, int, int, int, unsigned long, void*, unsigned int, unsigned int)",
+     comm("all_reduce", "mscclpp")),
+    ("void mscclpp::collective::alltoallvPeerParallelKernel(mscclpp::DeviceHandle<mscclpp::MemoryChannel>*, "
+     "mscclpp::DeviceSyncer*, int, int, void const*, void*, unsigned long const*, unsigned long const*, "
+     "unsigned long const*, unsigned long const*, unsigned long const*)", None, comm("all_to_all", "mscclpp")),
+    ("void mscclpp::executionKernel<__nv_bfloat16, false>(int, __nv_bfloat16*, __nv_bfloat16*, __nv_bfloat16*, "
+     "void*, unsigned long, mscclpp::DeviceExecutionPlan*, unsigned int, unsigned long)", None,
+     comm("other", "mscclpp")),
+    # NVSHMEM on-stream collectives (nvshmemi_h_to_d_coll_defs.cuh)
+    ("void alltoall_on_stream_kernel<int>(int, int*, int const*, unsigned long)", None,
+     comm("all_to_all", "nvshmem")),
+    ("fcollect_on_stream_kernel", None, comm("all_gather", "nvshmem")),
+    ("void reducescatter_on_stream_kernel<float, (rdxn_ops)4>(int, float*, float const*, unsigned long)", None,
+     comm("reduce_scatter", "nvshmem")),
+    ("rdxn_on_stream_kernel", None, comm("all_reduce", "nvshmem")),
+    ("void nvshmemi_reduce_kernel<unsigned char, (rdxn_ops)0>(int, int, int, unsigned char*, unsigned char const*, "
+     "unsigned long, unsigned char*, long volatile*, long volatile*)", None, comm("all_reduce", "nvshmem")),
+    ("broadcast_on_stream_kernel", None, comm("broadcast", "nvshmem")),
+    ("barrier_on_stream_kernel_threadgroup", None, comm("other", "nvshmem")),
+    ("sync_all_on_stream_kernel", None, comm("other", "nvshmem")),
+    # UCC CUDA execution engine (ec/cuda)
+    ("void UCC_REDUCE_CUDA_DEFAULT_SUM<float, float, false, 4>(ucc_eee_task_reduce, unsigned short)", None,
+     comm("other", "ucc")),
+    ("UCC_REDUCE_CUDA_MULTI_DST_SUM", None, comm("other", "ucc")),
     ("get_dispatch_layout", "void deep_ep::layout::get_dispatch_layout<(int)256, (int)32, (int)8>(const long *, "
      "int *, int *, int *, bool *, int, int, int, int)", ew("moe")),
     # attention (§3.3)
@@ -378,6 +450,10 @@ NEAR_MISSES: list[tuple[str, str | None, KernelClass]] = [
     ("producer_kernel_v2", None, OTHER),
     ("void deep_epsilon::scale<float>(float*)", None, OTHER),
     ("void my::deep_ep_like::dispatch<8>(int*)", None, OTHER),
+    # CUB scans in a namespace that only ends like DeepSeek's (profile-data: `cdpsk::ep::CUB_…`, not DeepEP)
+    ("void cdpsk::ep::CUB_200200_900_NS::DeviceScanKernel<int>(int*)", None, OTHER),
+    ("sync_kernel", None, OTHER),
+    ("void my_app::dispatch_kernel<float>(float*)", None, OTHER),
     ("property_copy_kernel", None, OTHER),  # "rope" inside a word
     ("cudnn_infer_ampere_scudnn_128x64_relu_xregs_large_nn_v1", None, GEMM),  # relu epilogue, still a GEMM
     ("nvjet_tst_128x64_64x8_1x2_h_bz_bias_gelu_TNT", None, GEMM),

@@ -2,7 +2,8 @@
 
 Sources, strongest first (DESIGN §4): perfdoctor ``comm ... group=<g>`` NVTX ranges projected onto the
 kernels they launched (``label_source`` "nvtx"); then facts of the kernel itself (``heuristic``):
-Transformer Engine userbuffers kernels exist only for TP comm-GEMM overlap; then NCCL's own NVTX
+Transformer Engine userbuffers kernels exist only for TP comm-GEMM overlap, DeepEP / HybridEP dispatch and
+combine only for expert parallelism; then NCCL's own NVTX
 payloads (``nccl_payload``, nsys 2026.x exports with blobs): the kernels of one communicator are one
 process group, named by the communicator's size against the run config or by the vote of its kernels'
 guesses; in PyTorch profiler traces, the process group recorded on each NCCL kernel (``kineto_pg``:
@@ -140,10 +141,10 @@ def label_groups(tl: Timeline, kcls: Table, config: dict[str, Any] | None = None
         named, sure = _from_c10d_ops(tl, comm_idx, group, config or {})
         op = (named >= 0) & (group < 0)
         group[op], source[op], confidence[op] = named[op], SOURCES.index("heuristic"), sure[op]
-        userbuffers = np.flatnonzero(class_mask(kcls, "library", "userbuffers") & (group < 0))
-        group[userbuffers] = GROUPS.index("tp")
-        source[userbuffers] = SOURCES.index("heuristic")
-        confidence[userbuffers] = CONFIDENCE.index("high")  # userbuffers kernels exist only for TP overlap: a fact
+        for fact, g in _library_facts(kcls):
+            mine = np.flatnonzero(fact & (group < 0))
+            group[mine], source[mine], confidence[mine] = GROUPS.index(g), SOURCES.index("heuristic"), \
+                CONFIDENCE.index("high")
         guess, how_sure = heuristic_groups(tl.kernels, kcls, config or {}, group)
         comms = communicators(tl, comm_idx)
         if comms.ids.size:
@@ -157,6 +158,15 @@ def label_groups(tl: Timeline, kcls: Table, config: dict[str, Any] | None = None
         source[guessed] = SOURCES.index("heuristic")
         confidence[guessed] = how_sure[guessed]
     return GroupLabels(group, source, confidence)
+
+
+def _library_facts(kcls: Table) -> list[tuple[np.ndarray, str]]:
+    """Kernels whose library fixes their group (masks over the kernels, with the group): Transformer
+    Engine userbuffers exist only for TP comm-GEMM overlap; DeepEP-family dispatch/combine kernels only
+    for expert parallelism (MoE token exchange), except DeepEP v2's pipeline send/recv."""
+    deep_ep = class_mask(kcls, "library", "deep_ep")
+    p2p = class_mask(kcls, "collective", "send_recv")
+    return [(class_mask(kcls, "library", "userbuffers"), "tp"), (deep_ep & ~p2p, "ep"), (deep_ep & p2p, "pp")]
 
 
 def _from_process_groups(tl: Timeline, comm_idx: np.ndarray, group: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -63,9 +63,35 @@ PATTERNS: tuple[tuple[str, str, str | None, str | None, str | None], ...] = (
     (_B + r"multimem_all_gather_kernel", "comm", "all_gather", "symmetric_memory", None),
     # vLLM custom all-reduce: peers' IPC buffers, the same scheme as torch symm_mem.
     (_B + r"cross_device_reduce_[12]stage", "comm", "all_reduce", "symmetric_memory", None),
-    # DeepEP / HybridEP MoE dispatch and combine over NVSHMEM / IPC buffers (§1.3, nsys_schema §6.1);
-    # deep_ep::layout only counts tokens per rank and moves nothing (elementwise row below).
-    (r"^(?:\w+::)*deep_ep::(?!layout::)", "comm", "all_to_all", "symmetric_memory", None),
+    # torch's NVSHMEM all_to_all_vdev (MoE token exchange): the splits exchange, then the data exchange.
+    (_B + r"(?:allToAllV(?:_2d)?|exchangeSplitAndOffset(?:_2d)?)(?![A-Za-z0-9])",
+     "comm", "all_to_all", "symmetric_memory", None),
+    # -- communication: expert-parallel dispatch/combine libraries (§1.3, nsys_schema §6.1) --
+    # DeepEP (`deep_ep::intranode|internode|internode_ll|elastic::…`), DeepSeek's internal build of it
+    # (`dpsk::ep::internode::dispatch/combine/notify_dispatch/cached_notify`, `…::dispatch_ll/combine_ll`,
+    # seen in deepseek-ai/profile-data), its MSCCL++ port (`mscclpp::ep::…`) and HybridEP (`hybrid_ep::`).
+    # The layout kernel only counts tokens per rank and moves nothing: elementwise, before the comm rows.
+    (r"^(?:\w+::)*(?:deep_ep::layout::|(?:deep_ep|dpsk::ep|mscclpp::ep)::(?:\w+::)*get_dispatch_layout)",
+     "elementwise", None, None, "moe"),
+    # DeepEP v2 also moves pipeline activations (`deep_ep::elastic::pp_send_impl / pp_recv_impl`).
+    (r"^(?:\w+::)*deep_ep::(?:\w+::)*pp_(?:send|recv)", "comm", "send_recv", "deep_ep", None),
+    (r"^(?:\w+::)*(?:deep_ep|dpsk::ep|mscclpp::ep)::", "comm", "all_to_all", "deep_ep", None),
+    (r"^(?:\w+::)*hybrid_ep::(?:\w+::)*\w*(?:dispatch|combine)", "comm", "all_to_all", "deep_ep", None),
+    (r"^(?:\w+::)*hybrid_ep::(?:\w+::)*device_sync_kernel", "comm", "other", "deep_ep", None),
+    # -- communication: MSCCL++ collectives (`mscclpp::collective::allreducePacket`, `…::alltoallvPeerParallelKernel`);
+    # the rest (executor, all-gather variants) as other --
+    (r"^(?:\w+::)*mscclpp::(?:\w+::)*(?i:all_?to_?all)", "comm", "all_to_all", "mscclpp", None),
+    (r"^(?:\w+::)*mscclpp::(?:\w+::)*(?i:all_?reduce)", "comm", "all_reduce", "mscclpp", None),
+    (r"^(?:\w+::)*mscclpp::", "comm", "other", "mscclpp", None),
+    # -- communication: NVSHMEM host-initiated collectives on a stream (nvshmemi_h_to_d_coll_defs.cuh) --
+    (r"^(?:nvshmemi_)?alltoall\w*_on_stream_kernel", "comm", "all_to_all", "nvshmem", None),
+    (r"^(?:nvshmemi_)?(?:fcollect|allgather)\w*_on_stream_kernel", "comm", "all_gather", "nvshmem", None),
+    (r"^(?:nvshmemi_)?reducescatter\w*_on_stream_kernel", "comm", "reduce_scatter", "nvshmem", None),
+    (r"^(?:nvshmemi_)?rdxn\w*_on_stream_kernel|^nvshmemi_reduce_kernel", "comm", "all_reduce", "nvshmem", None),
+    (r"^(?:nvshmemi_)?broadcast\w*_on_stream_kernel", "comm", "broadcast", "nvshmem", None),
+    (r"^(?:nvshmemi_)?(?:barrier|sync|sync_all)_on_stream_kernel\w*$", "comm", "other", "nvshmem", None),
+    # -- communication: UCC's CUDA execution engine, the reduction steps of its collectives --
+    (r"^UCC_REDUCE_\w*(?:CUDA|ROCM)", "comm", "other", "ucc", None),
     # -- attention (§3.3); above GEMM because flash kernels are CUTLASS/wgmma templates --
     (_B + r"flash_(?:fwd|bwd)_\w*kernel", "attention", None, None, None),
     (r"flash::(?:FlashAttn|prepare_varlen_num_blocks)", "attention", None, None, None),
@@ -110,7 +136,6 @@ PATTERNS: tuple[tuple[str, str, str | None, str | None, str | None], ...] = (
     (_B + r"multi_tensor_apply_kernel", "optimizer", None, None, None),
     (r"(?i:(?<![a-z0-9])(?:fused_)?(?:adamw?|lamb|sgd|adagrad)_\w*kernel)", "optimizer", None, None, None),
     # -- elementwise, by kind (§3.4); kinds first, they hide inside generic PyTorch templates --
-    (r"^(?:\w+::)*deep_ep::layout::", "elementwise", None, None, "moe"),
     (_B + r"(?:moe_(?:un)?permute|fused_topk|fused_(?:score_for_)?moe_aux_loss)", "elementwise", None, None, "moe"),
     (r"(?i:cast_transpose)|" + _B + r"(?:transpose_(?:optimized|general|dbias)_kernel|reduce_dbias_kernel"
      r"|swap_first_dims_kernel|cast_fp8_|(?:de)?quantize_|compute_columnwise_amax_kernel)",
@@ -143,7 +168,7 @@ CATEGORIES = ("gemm", "attention", "norm_persistent", "norm", "comm", "elementwi
               "memset", "other")
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "send_recv", "broadcast", "reduce", "all_to_all",
                "other")
-LIBRARIES = ("nccl", "userbuffers", "symmetric_memory", "peer_copy")
+LIBRARIES = ("nccl", "userbuffers", "symmetric_memory", "deep_ep", "mscclpp", "nvshmem", "ucc", "peer_copy")
 KINDS = ("moe", "cast_transpose", "fp8_scaling", "cross_entropy", "softmax", "rope", "dropout", "bias_activation",
          "copy")
 

@@ -11,7 +11,9 @@ one ``*.json`` (often gzipped) per rank: ``traceEvents`` plus ``deviceProperties
 - ``gpu_memcpy`` / ``gpu_memset`` → memcpy / memset (copy kind from the event name, nsys' enum);
 - ``cuda_runtime`` / ``cuda_driver`` → CUDA API calls (their ``correlation`` links them to kernels);
 - ``cpu_op`` and ``user_annotation`` → ranges in the default NVTX domain, as nsys shows
-  ``emit_nvtx`` ranges: ``ProfilerStep#N`` defines steps, ``enumerate(DataLoader)#...`` data loading.
+  ``emit_nvtx`` ranges: ``ProfilerStep#N`` defines steps, ``enumerate(DataLoader)#...`` data loading;
+  their ``category`` column says which of the two each was (``OP_CATEGORY``: the host time covered by
+  operators, against which time outside any operator — GC, I/O, plain Python — stands out).
 
 Times: Kineto writes microseconds (``ts``, ``dur``), absolute since the epoch in older versions and
 relative to ``baseTimeNanoseconds`` in newer ones; both become integer nanoseconds, rounded after
@@ -56,6 +58,9 @@ TID_BITS = 24  # the same globalTid layout as nsys exports (load.nsys): pid << 2
 ID_MASK = (1 << TID_BITS) - 1
 NVTX_PUSH_POP = 59  # ranges land in the NVTX table as push/pop ranges of the default domain
 RANGE_CATEGORIES = ("cpu_op", "user_annotation")
+# The NVTX ``category`` column of a Kineto range says which it was: an operator the profiler recorded
+# (``cpu_op``: every launch happens inside one) or a user annotation (``record_function``, ``ProfilerStep#N``).
+OP_CATEGORY, ANNOTATION_CATEGORY = 1, 0
 # ROCm builds of PyTorch record HIP calls (hipLaunchKernel, hipMemcpyAsync, ...) as "hip_runtime" in recent
 # versions and as "cuda_runtime" in older ones; their kernels and copies use the CUDA categories.
 API_CATEGORIES = ("cuda_runtime", "cuda_driver", "hip_runtime", "hip_driver")
@@ -447,6 +452,7 @@ class _Collector:
 
     def _range(self, rows: list[_Event]) -> None:
         self._host("range", rows)
+        self.cols.add("range.op", [e.cat == "cpu_op" for e in rows], np.int64)
 
 
 _KIND = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset",
@@ -544,9 +550,9 @@ def _build(c: _Collector, meta: dict[str, Any]) -> tuple[TraceInfo, list[Timelin
     pids, counts = pids[real], counts[real]
     host_pid = int(pids[np.argmax(counts)]) if pids.size else 0  # the process that launched the most
     gpid = (host_pid & ID_MASK) << TID_BITS
-    # The profiler records no Python garbage collection: device idle time it causes looks launch-bound.
+    # The profiler records no Python garbage collection: device idle time it causes is host time outside ops.
     warnings: list[str] = ["PyTorch profiler traces do not record Python garbage collection: device idle time "
-                           "caused by GC pauses is counted as launch-bound"]
+                           "caused by GC pauses is counted as host time outside profiled ops (host.outside_ops_ms)"]
     if pids.size > 1:
         warnings.append(f"events of {pids.size} host processes; CUDA calls and ranges of pid {host_pid} are used")
 
@@ -569,7 +575,8 @@ def _build(c: _Collector, meta: dict[str, Any]) -> tuple[TraceInfo, list[Timelin
         "start": ranges["start"], "end": ranges["end"], "event_type": np.full(n, NVTX_PUSH_POP, dtype=np.int64),
         "tid": ranges["tid"], "end_tid": np.full(n, -1, dtype=np.int64), "domain": np.full(n, None, dtype=object),
         "text": np.asarray(strings[c.cols.get("range.name", np.int64)[mine]], dtype=object),
-        "range_id": np.full(n, -1, dtype=np.int64), "category": np.full(n, -1, dtype=np.int64),
+        "range_id": np.full(n, -1, dtype=np.int64),
+        "category": np.where(c.cols.get("range.op", np.int64)[mine] > 0, OP_CATEGORY, ANNOTATION_CATEGORY),
         "int_value": np.full(n, -1, dtype=np.int64), "double_value": np.full(n, np.nan),
     }).sorted_by("start")
 

@@ -2,10 +2,24 @@
 
 A gap is *host-caused* when the launch call of the op that ends it had not begun when the gap began
 (the CPU was late); otherwise the device was waiting on something else (a dependency, another rank).
-A host-caused gap is attributed, whole, to what the launching thread was doing at the instant the
-device went idle: inside a CUDA synchronize or blocking copy → ``sync``; inside a ``gc`` range →
-``gc``; inside a data-loading range → ``data``; otherwise → ``launch_bound``. Gaps whose next op has
-no launch call in the trace cannot be attributed and count as ``other``.
+A host-caused gap is attributed, whole, to one cause of what the host did between the device going idle
+and the next launch call (the gap's *host window*):
+
+1. a range the trace records covers most of the window: data loading (perfdoctor ``data``, PyTorch's
+   ``enumerate(DataLoader)#…`` / ``…DataLoaderIter.__next__``, Megatron's ``batch-generator``) → ``data``;
+   perfdoctor ``gc`` → ``gc``; ``Optimizer.step#…`` / ``Optimizer.zero_grad#…`` / Megatron's
+   ``optimizer…`` timers → ``optimizer``;
+2. else what the launching thread was inside at the instant the device went idle: a CUDA synchronize or
+   blocking copy → ``sync``; one of those ranges → its cause;
+3. else, when most of the window is a *pause* of the whole process — no CUDA call and, in a PyTorch
+   profiler trace, no operator, for an order of magnitude longer than its usual stretch between them —
+   → ``outside_ops``: the host was outside anything profiled (GC, I/O, plain Python). One long gap with
+   no launch call in it is not launch overhead;
+4. else → ``launch_bound``: the CPU was issuing launches and ops, just not fast enough.
+
+Gaps whose next op has no launch call in the trace cannot be attributed and count as ``other``.
+:func:`gap_causes` gives every gap with its cause (the critical path blames host time with it);
+:func:`host_gaps` sums them per step.
 """
 
 from __future__ import annotations
@@ -16,13 +30,16 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from perfdoctor.classify.projection import calls_of, kernel_launch_calls, launch_calls
+from perfdoctor.load.kineto import OP_CATEGORY
 from perfdoctor.load.labels import labelled, matching
 from perfdoctor.measure import intervals as iv
 from perfdoctor.measure.steps import Steps
 from perfdoctor.model import Timeline
 from perfdoctor.table import Table, factorize
 
-CAUSES = ("launch_bound", "sync", "gc", "data", "other")
+CAUSES = ("launch_bound", "sync", "gc", "data", "optimizer", "outside_ops", "other")
+DEVICE_WAIT = -1  # cause code of a gap the device waited out (a dependency, another rank): not host-caused
+RANGE_CAUSES = ("gc", "data", "optimizer")
 
 # Calls that block the CPU until the device drains (names without the _vNNNN suffix).
 BLOCKING_API = re.compile(
@@ -33,8 +50,33 @@ BLOCKING_API = re.compile(
     r"|hip(Device|Stream|Event|Ctx)Synchronize|hipMemcpy(2D|3D)?(ToSymbol|FromSymbol|WithStream|Peer)?"
     r"|hipMemset(2D|3D)?)$"
 )
-# Data-loading ranges: perfdoctor's own label, or what PyTorch's profiler names the DataLoader fetch.
-DATA_RANGE = re.compile(r"^(data( .*)?|enumerate\(DataLoader\).*|.*DataLoaderIter.*__next__.*)$")
+# Data-loading ranges: perfdoctor's own label, what PyTorch's profiler names the DataLoader fetch, Megatron's
+# batch timer.
+DATA_RANGE = re.compile(r"^(data( .*)?|enumerate\(DataLoader\).*|.*DataLoaderIter.*__next__.*|batch-generator)$")
+# Optimizer ranges: PyTorch's profiler names every optimizer step and zero_grad (``Optimizer.step#AdamW.step``);
+# Megatron's timers ``optimizer``, ``optimizer-copy-to-main-grad``, ``optimizer-inner-step``, ...
+OPTIMIZER_RANGE = re.compile(r"^(Optimizer\.(step|zero_grad)#.*|optimizer(-[\w-]+)?)$")
+# A stretch without any CUDA call or operator this many times the process's median one is a pause of the
+# host (GC, I/O, Python outside ops), not the launch loop's own pace (whose stretches vary by a few times).
+PAUSE_FACTOR = 10.0
+
+
+@dataclass(frozen=True)
+class GapCauses:
+    """Every device-idle interval inside the steps (sorted, disjoint; a gap spanning a step boundary is
+    split), with ``cause`` an index into ``CAUSES`` or ``DEVICE_WAIT``, ``step`` the index of its step,
+    and for sync gaps ``returned``, when the blocking call returned (else the gap's start)."""
+
+    start: np.ndarray  # int64 ns
+    end: np.ndarray
+    cause: np.ndarray  # int8
+    step: np.ndarray  # int64
+    returned: np.ndarray  # int64 ns
+
+    @property
+    def names(self) -> np.ndarray:
+        """Cause names (object array; ``"device_wait"`` for gaps the device waited out)."""
+        return np.array([*CAUSES, "device_wait"], dtype=object)[np.where(self.cause >= 0, self.cause, len(CAUSES))]
 
 
 @dataclass(frozen=True)
@@ -52,20 +94,41 @@ class HostGaps:
 
 
 def host_gaps(tl: Timeline, steps: Steps, busy: iv.Intervals) -> HostGaps:
-    """Attribute every idle interval of ``busy`` inside the steps."""
+    """Attribute every idle interval of ``busy`` inside the steps, summed per step and cause."""
     n = len(steps)
-    by_cause = {c: np.zeros(n) for c in CAUSES}
-    device_wait = np.zeros(n)
+    gaps = gap_causes(tl, steps, busy)
+    if not gaps.start.size:
+        zero = np.zeros(n)
+        return HostGaps({c: zero.copy() for c in CAUSES}, zero, zero.copy(), iv.EMPTY, sync_host=zero.copy())
+    g0, g1, cause, step_of = gaps.start, gaps.end, gaps.cause, gaps.step
+    length = (g1 - g0).astype(np.float64)
+    # One pass: ns per (step, cause), column 0 the device-side waits.
+    width = len(CAUSES) + 1
+    table = np.bincount(step_of * width + cause + 1, weights=length, minlength=n * width).reshape(n, width)
+    by_cause = {c: table[:, i + 1] for i, c in enumerate(CAUSES)}
+    waiting = cause == DEVICE_WAIT
+    device_wait, idle = table[:, 0], table.sum(axis=1)
+    spans = {c: (g0[cause == i], g1[cause == i]) for i, c in enumerate(CAUSES)}
+    sync = cause == CAUSES.index("sync")
+    after = np.clip(g1[sync] - np.maximum(gaps.returned[sync], g0[sync]), 0, None).astype(np.float64)
+    sync_host = np.bincount(step_of[sync], weights=after, minlength=n)
+    return HostGaps(by_cause, device_wait, idle, (g0[waiting], g1[waiting]), spans, sync_host)
+
+
+def gap_causes(tl: Timeline, steps: Steps, busy: iv.Intervals) -> GapCauses:
+    """Every idle interval of ``busy`` inside the steps, with its cause (module docstring)."""
+    n = len(steps)
+    none = np.zeros(0, dtype=np.int64)
+    if not n:
+        return GapCauses(none, none, none.astype(np.int8), none, none)
     # Steps stay separate intervals (not merged when they touch), so a gap spanning a step boundary is
     # split and each step is charged its own part.
     step_ends = np.minimum(steps.ends, np.append(steps.starts[1:], steps.ends[-1]))
-    gaps = iv.intersect(iv.complement(busy, int(steps.starts.min()), int(steps.ends.max())),
-                        (steps.starts, step_ends))
-    g0, g1 = gaps
+    g0, g1 = iv.intersect(iv.complement(busy, int(steps.starts.min()), int(steps.ends.max())),
+                          (steps.starts, step_ends))
     if not g0.size:
-        return HostGaps(by_cause, device_wait, device_wait.copy(), iv.EMPTY, sync_host=device_wait.copy())
+        return GapCauses(none, none, none.astype(np.int8), none, none)
     step_of = np.clip(np.searchsorted(steps.starts, g0, side="right") - 1, 0, n - 1)
-    length = (g1 - g0).astype(np.float64)
 
     has_next, next_corr = _next_ops(tl, g1)  # the op that ends the gap (first start >= gap end)
     next_launch, _, next_tid = calls_of(next_corr, tl.api)
@@ -74,28 +137,61 @@ def host_gaps(tl: Timeline, steps: Steps, busy: iv.Intervals) -> HostGaps:
         next_tid = np.where(has_next, next_tid, main_thread(tl))
     unknown = has_next & (next_launch < 0)
     host_caused = ~unknown & (~has_next | (next_launch >= g0))
+    # The host window: from the device going idle to the next launch call (the whole gap without one).
+    w1 = np.where(has_next & (next_launch >= g0), np.minimum(next_launch, g1), g1)
+    window = (w1 - g0).astype(np.float64)
 
-    # Cause per gap as an index into CAUSES; the later assignments win (sync over gc over data).
-    cause = np.full(g0.size, CAUSES.index("launch_bound"), dtype=np.int8)
-    cause[_inside(g0, next_tid, _ranges_where(tl, "data"))] = CAUSES.index("data")
-    cause[_inside(g0, next_tid, _ranges_where(tl, "gc"))] = CAUSES.index("gc")
+    ranges = {c: _ranges_where(tl, c) for c in RANGE_CAUSES}
     blocking = _blocking_calls(tl.api)
+    # 2. at the instant the device went idle; the later assignments win (sync over gc over data over optimizer)
+    cause = np.full(g0.size, CAUSES.index("launch_bound"), dtype=np.int8)
+    for c in ("optimizer", "data", "gc"):
+        cause[_inside(g0, next_tid, ranges[c])] = CAUSES.index(c)
     cause[_inside(g0, next_tid, blocking)] = CAUSES.index("sync")
-    cause[~host_caused] = -1
+    # 3. a pause of the whole process over most of the window
+    paused = _covered(g0, w1, _pauses(tl)) * 2 > window
+    cause[paused & (cause == CAUSES.index("launch_bound"))] = CAUSES.index("outside_ops")
+    # 1. a recorded range over most of the window wins over both
+    cover = np.stack([_covered(g0, w1, _spans(ranges[c])) for c in RANGE_CAUSES])
+    best = np.argmax(cover, axis=0)
+    most = cover[best, np.arange(g0.size)] * 2 > window
+    cause[most] = np.array([CAUSES.index(c) for c in RANGE_CAUSES], dtype=np.int8)[best[most]]
+    cause[~host_caused] = DEVICE_WAIT
     cause[unknown] = CAUSES.index("other")
-
-    # One pass: ns per (step, cause), column 0 the device-side waits.
-    width = len(CAUSES) + 1
-    table = np.bincount(step_of * width + cause + 1, weights=length, minlength=n * width).reshape(n, width)
-    by_cause = {c: table[:, i + 1] for i, c in enumerate(CAUSES)}
-    waiting = cause < 0
-    device_wait, idle = table[:, 0], table.sum(axis=1)
-    spans = {c: (g0[cause == i], g1[cause == i]) for i, c in enumerate(CAUSES)}
+    returned = g0.copy()
     sync = cause == CAUSES.index("sync")
-    returned = _covering_end(g0[sync], next_tid[sync], blocking)
-    after = np.clip(g1[sync] - np.maximum(returned, g0[sync]), 0, None).astype(np.float64)
-    sync_host = np.bincount(step_of[sync], weights=after, minlength=n)
-    return HostGaps(by_cause, device_wait, idle, (g0[waiting], g1[waiting]), spans, sync_host)
+    returned[sync] = _covering_end(g0[sync], next_tid[sync], blocking)
+    return GapCauses(g0, g1, cause, step_of.astype(np.int64), returned)
+
+
+def _covered(starts: np.ndarray, ends: np.ndarray, spans: iv.Intervals) -> np.ndarray:
+    """ns of each window [starts[i], ends[i]) that ``spans`` (normal form) covers, as float."""
+    return iv.overlap_per_interval(starts, ends, spans).astype(np.float64)
+
+
+def _spans(rows: Table) -> iv.Intervals:
+    """The union of ``rows`` over every thread of the process."""
+    if not len(rows):
+        return iv.EMPTY
+    return iv.union(rows.col("start"), rows.col("end"))
+
+
+def _pauses(tl: Timeline) -> iv.Intervals:
+    """Stretches in which no thread of the process made a CUDA call or (PyTorch profiler) ran an operator,
+    at least ``PAUSE_FACTOR`` times the process's median stretch between them."""
+    starts, ends = [tl.api.col("start")], [tl.api.col("end")]
+    nvtx = tl.nvtx
+    if tl.trace.format == "kineto-json" and len(nvtx):
+        ops = nvtx.col("category") == OP_CATEGORY
+        starts.append(nvtx.col("start")[ops])
+        ends.append(nvtx.col("end")[ops])
+    s, e = iv.union(np.concatenate(starts), np.concatenate(ends))
+    if s.size < 2:
+        return iv.EMPTY
+    gap_s, gap_e = e[:-1], s[1:]
+    length = gap_e - gap_s
+    long = length > PAUSE_FACTOR * float(np.median(length))
+    return gap_s[long], gap_e[long]
 
 
 def _next_ops(tl: Timeline, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -134,9 +230,12 @@ def _blocking_calls(api: Table) -> Table:
     return api.take(api["name"].where(lambda name: bool(BLOCKING_API.match(str(name)))))
 
 
-def _ranges_where(tl: Timeline, kind: str) -> Table:
-    """GC ranges (perfdoctor ``gc``) or data-loading ranges (perfdoctor ``data`` or DataLoader names)."""
-    rows = labelled(tl.nvtx, "gc") if kind == "gc" else matching(tl.nvtx, DATA_RANGE)
+def _ranges_where(tl: Timeline, cause: str) -> Table:
+    """The closed ranges that name ``cause``: perfdoctor ``gc``, data-loading or optimizer ranges."""
+    if cause == "gc":
+        rows = labelled(tl.nvtx, "gc")
+    else:
+        rows = matching(tl.nvtx, DATA_RANGE if cause == "data" else OPTIMIZER_RANGE)
     return rows.take(rows.col("end") >= 0)
 
 

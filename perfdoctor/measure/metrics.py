@@ -35,7 +35,8 @@ METRIC_KEYS: tuple[str, ...] = (
     *(f"comm.{g}.{m}" for g in GROUPS for m in ("exposed_wait_ms", "exposed_transfer_ms")),  # measure/peers.py
     "pipeline.bubble_ms", "pipeline.bubble_fraction", "pipeline.bubble_fraction_theory",
     "pipeline.warmup_cooldown_ms", "pipeline.steady_stall_ms",
-    "host.idle_fraction", "host.launch_bound_ms", "host.sync_ms", "host.gc_ms", "host.data_ms", "host.other_ms",
+    "host.idle_fraction", "host.launch_bound_ms", "host.sync_ms", "host.gc_ms", "host.data_ms", "host.optimizer_ms",
+    "host.outside_ops_ms", "host.other_ms",
     "host.device_wait_ms", "host.launch_call_us", "host.launch_interval_us", "host.short_kernel_fraction",
     "host.sync_wait_ms", "host.sync_host_ms",
     "kernels.median_us",

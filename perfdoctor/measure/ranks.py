@@ -26,7 +26,9 @@ RANK_METRIC_KEYS = ("ranks.step_time_spread_fraction", "ranks.compute_spread_fra
 # What a straggler's cause part means, for the finding (perfdoctor.measure.peers.CAUSE_PARTS).
 CAUSE_TEXT = {"compute": "more GPU compute", "host.launch_bound": "host gaps: launch-bound (Python/launch overhead)",
               "host.sync": "host gaps: sync stalls", "host.gc": "host gaps: garbage collection",
-              "host.data": "host gaps: data loading", "host.other": "host gaps of unknown cause",
+              "host.data": "host gaps: data loading", "host.optimizer": "host gaps: optimizer step",
+              "host.outside_ops": "host gaps outside profiled ops (GC, I/O, Python)",
+              "host.other": "host gaps of unknown cause",
               "other_comm": "waiting itself on another group"}
 TOP_EXCESS_KERNELS = 3
 LIKE_SHARE = 0.9

@@ -16,7 +16,8 @@ from perfdoctor.render.snippets import python_literal
 
 GROUPS = ("dp", "tp", "cp", "pp", "ep", "other")
 HOST_CAUSES = (("launch_bound", "launch-bound"), ("sync", "sync stall"), ("gc", "garbage collection"),
-               ("data", "data loading"), ("other", "unattributed"), ("device_wait", "device waiting"))
+               ("data", "data loading"), ("optimizer", "optimizer step"), ("outside_ops", "outside profiled ops"),
+               ("other", "unattributed"), ("device_wait", "device waiting"))
 SEVERITY_ORDER = {"high": 0, "medium": 1, "low": 2, "info": 3}
 # Metrics of the per-rank heatmap and the summary, with a label and a unit for formatting.
 RANK_METRICS = (("step.time_ms", "step time", "ms"), ("gpu.busy_fraction", "GPU busy", "%"),

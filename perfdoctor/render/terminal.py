@@ -216,7 +216,8 @@ def _measurements(m: dict, groups: dict) -> Table | None:
                 m.get(f"comm.{g}.exposed_ms"), m.get(f"comm.{g}.exposed_fraction"))
     row("device idle", None, m.get("host.idle_fraction"))
     for cause, label in (("launch_bound", "launch-bound (Python, launch overhead)"), ("sync", "sync stall"),
-                         ("gc", "garbage collection"), ("data", "data loading"), ("other", "unattributed"),
+                         ("gc", "garbage collection"), ("data", "data loading"), ("optimizer", "optimizer step"),
+                         ("outside_ops", "outside profiled ops (GC, I/O, Python)"), ("other", "unattributed"),
                          ("device_wait", "device waiting (dependency, other rank)")):
         if m.get(f"host.{cause}_ms"):
             row(f"  {label}", m[f"host.{cause}_ms"])

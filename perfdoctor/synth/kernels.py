@@ -322,3 +322,38 @@ def elementwise_kernel(what: str) -> KernelSpec:
     short, demangled = table[what]
     api = API_LAUNCH_EX if short.startswith("triton_") else API_LAUNCH
     return KernelSpec(short, demangled, api, grid=(4096, 1, 1), block=(256, 1, 1), registers=28)
+
+
+# DeepEP's normal (internode) kernels, as SGLang's prefill on DeepEP records them (deepseek-ai/profile-data):
+# notify_dispatch / cached_notify exchange the token counts, dispatch / combine move the tokens, over NVSHMEM
+# and NVLink buffers, with no NCCL call and launched with cudaLaunchKernelEx on DeepEP's own comm stream.
+DEEP_EP = {
+    "layout": (
+        "get_dispatch_layout",
+        "void deep_ep::internode::get_dispatch_layout<256, 32, 8>(long const*, int*, int*, int*, bool*, int, int, int, int)",
+    ),
+    "notify_dispatch": (
+        "notify_dispatch",
+        "void deep_ep::internode::notify_dispatch<false, 4>(int const*, int*, int, int const*, int*, int const*, int*, int, bool const*, int, int, int, int, int, int, int, int*, int*, int*, int*, void*, void**, int**, int, int, int)",
+    ),
+    "dispatch": (
+        "dispatch",
+        "void deep_ep::internode::dispatch<false, 4, false, 7, 4>(int4*, float*, long*, float*, deep_ep::internode::SourceMeta*, int4 const*, float const*, long const*, float const*, int*, int*, int*, int*, int const*, int const*, int const*, int const*, int, int, int, int, int, bool const*, void*, int, int, void**, int, int, int, int)",
+    ),
+    "cached_notify": (
+        "cached_notify",
+        "void deep_ep::internode::cached_notify<false>(int, int, int, int, int*, int, int, int const*, int const*, int*, void*, void**, int**, int, int, int, bool, int)",
+    ),
+    "combine": (
+        "combine",
+        "void deep_ep::internode::combine<false, 4, __nv_bfloat16, 16, 4, 4, 16, 24>(int4*, float*, bool const*, int4 const*, float const*, int const*, int const*, deep_ep::internode::SourceMeta const*, int const*, int const*, int const*, int, int, int, int, void*, int, int, void**, int, int, int, int)",
+    ),
+}
+
+
+def deep_ep_kernel(what: str, sms: int = 24) -> KernelSpec:
+    """One DeepEP kernel (`DEEP_EP` key); its transfer kernels hold `sms` SMs (DeepEP's `num_sms` default)."""
+    short, demangled = DEEP_EP[what]
+    comm = what != "layout"
+    return KernelSpec(short, demangled, API_LAUNCH_EX, grid=(sms if comm else 128, 1, 1), block=(768, 1, 1),
+                      registers=64, is_comm=comm)

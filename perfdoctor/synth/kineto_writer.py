@@ -2,7 +2,8 @@
 
 The same recorder rows the SQLite writer uses become the events ``torch.profiler`` writes
 (``perfdoctor.load.kineto`` documents the mapping it reads back): kernels with their demangled names,
-streams and correlation ids; NCCL kernels carry ``Process Group Name/Description/Ranks`` and ``Group
+streams and correlation ids; NCCL kernels (not userbuffers or DeepEP ones, which no process group
+launches) carry ``Process Group Name/Description/Ranks`` and ``Group
 size`` as recent PyTorch records them, Megatron's group descriptions included; copies and fills named
 as Kineto names them; CUDA runtime/driver calls; perfdoctor's NVTX labels become what a PyTorch
 profile holds instead — ``ProfilerStep#N`` for ``step``, ``enumerate(DataLoader)#...`` for ``data``,
@@ -103,7 +104,7 @@ def _kernels(out: IO[str], first: list[bool], rec: RankRecorder, table: KernelTa
         args: dict[str, Any] = {"device": local, "context": 1, "stream": int(k["stream"][i]),
                                 "correlation": int(k["corr"][i]), "grid": list(spec.grid), "block": list(spec.block)}
         group = GROUP_NAMES.get(int(k["group"][i]), "")
-        if spec.is_comm and group:
+        if spec.is_comm and group and spec.short.startswith("nccl"):  # ProcessGroupNCCL's kernels only
             desc = GROUP_DESCRIPTIONS[group]
             args.update({"Group size": sizes[group], "dtype": "BFloat16",
                          "Process Group Name": pg_name.get(desc, "0"), "Process Group Description": desc})

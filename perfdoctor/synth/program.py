@@ -66,6 +66,11 @@ _NORM_TUNED_HIDDEN = {
 _FIRST_STAGE_INPUTS = (8, 8)
 _LAST_STAGE_INPUTS = (8, 4)
 _LOSS_SCALAR_BYTES = 4  # the fp32 loss / grad-norm read back with `.item()` at step end
+# What PyTorch's profiler (and emit_nvtx) names the training loop's wait for the next batch (labels.pytorch);
+# its step ranges are `ProfilerStep#N`.
+DATALOADER_RANGE = "enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__"
+_PROFILER_STEP_NS = 60_000  # torch.profiler's step() bookkeeping at the top of each step (labels.pytorch)
+_DEEP_EP_NOTIFY_NS = 25_000.0  # DeepEP's count exchange before a dispatch / combine: a few network round trips
 
 
 class StageProgram:
@@ -95,6 +100,9 @@ class StageProgram:
         self.s_dp = base + 8
         self.s_tp = base + 9
         self.s_cp = base + 10
+        self.s_ep = base + 11  # DeepEP's comm stream (kernels.deep_ep)
+        self.s_prefetch = base + 12  # a side stream for host.prefetch_mb
+        self.deep_ep = bool(k.get("deep_ep"))
         self.layers_per_chunk = m["layers"] // (self.pp * self.vpp)
         self._noise = np.ones(0)
         self._noise_i = 0
@@ -239,6 +247,10 @@ class StageProgram:
                     per.append((t.add(K.gemm_kernel(fam, fp8, 24 + e % 4, sm)), g.gemm_ns(fc2_flops / e_local, fp8)))
                 self.k["experts_fwd"] = per
             self.k["experts_bwd"] = [(spec, dur * 2) for spec, dur in reversed(self.k["experts_fwd"])]
+            if k.get("deep_ep"):
+                self.k["ep_layout"] = (t.add(K.deep_ep_kernel("layout")), g.memory_ns(tok * m["moe_experts"] * 8))
+                for what in ("notify_dispatch", "dispatch", "cached_notify", "combine"):
+                    self.k[f"deep_ep_{what}"] = (t.add(K.deep_ep_kernel(what)), _DEEP_EP_NOTIFY_NS)
         # optimizer
         self.k["l2norm"] = (t.add(K.elementwise_kernel("l2norm")), 0.0)
         self.k["adam"] = (t.add(K.elementwise_kernel("adam")), 0.0)
@@ -453,6 +465,15 @@ class StageProgram:
             self._run("permute")
         a2a = self.a2a_bytes * (0.8 + 0.4 * self.rng.random())
         xfer = self.gpu.link_ns(a2a * (ep - 1) / ep, network=self.sc.comm["dp_network"]) if ep > 1 else 0
+        if self.deep_ep and ep > 1:
+            self._deep_ep_exchange("dispatch", xfer)
+            self._seq(self.k["experts_fwd" if forward else "experts_bwd"])
+            self._deep_ep_exchange("combine", xfer)
+            self._run("unpermute" if forward else "permute")
+            if not forward:
+                self._run("topk")
+                self._run("router")
+            return
         # all_to_all_single: a send and a receive with every other EP rank, 1/ep of the tokens each
         calls = tuple((name, i) for i in range(1, ep) for name in ("ncclSend", "ncclRecv"))
         per_peer = int(a2a) // ep
@@ -485,6 +506,20 @@ class StageProgram:
         if not forward:
             self._run("topk")
             self._run("router")
+
+    def _deep_ep_exchange(self, what: str, xfer: float) -> None:
+        """A DeepEP dispatch or combine: the layout kernel (dispatch only) on the compute stream, then the
+        count exchange and the token transfer on DeepEP's comm stream, which waits for the compute stream's
+        tokens and which the compute stream then waits for."""
+        rec = self.rec
+        if what == "dispatch":
+            self._run("ep_layout")
+        rec.wait_stream(self.s_ep, self.s_compute)
+        notify = "notify_dispatch" if what == "dispatch" else "cached_notify"
+        spec, dur = self.k[f"deep_ep_{notify}"]
+        rec.launch(spec, self.s_ep, self._n(dur), "ep")
+        rec.launch(self.k[f"deep_ep_{what}"][0], self.s_ep, self._n(xfer), "ep")
+        rec.wait_stream(self.s_compute, self.s_ep)
 
     def _graphed(self, key: str, layer_pass: Callable[[], None]) -> None:
         """One layer pass, replayed from its CUDA graph when the scenario uses graphs (host.cuda_graphs, as
@@ -674,18 +709,24 @@ class StageProgram:
         sr = rec.push(f"step n={step}", "perfdoctor") if self.label_pd else -1
         user = self.sc.labels.get("user_steps", "")
         ur = rec.push({"train_step": "train_step", "step_n": f"step_{step}",
-                       "lightning": "run_training_batch"}[user], None) if user and user != "forward_backward" else -1
+                       "lightning": "run_training_batch"}[user], "") if user and user != "forward_backward" else -1
+        pr = rec.push(f"ProfilerStep#{step}", "") if sc.labels.get("pytorch") else -1
         self.step_starts.append(rec.host)
         data_ms = h["data_ms"]
         if h["data_stall_every_steps"] and step % h["data_stall_every_steps"] == h["data_stall_every_steps"] - 1:
             data_ms += h["data_stall_ms"]
+        pytorch = bool(sc.labels.get("pytorch"))
+        if pytorch:  # a plain PyTorch loop: prof.step()'s bookkeeping, then `for batch in loader` fetches first
+            rec.host_work(_PROFILER_STEP_NS)
+            self._fetch(data_ms)
         # zero_grad_buffer: Megatron clears this stage's contiguous grad buffer before forward-backward
         grad_bytes = self.stage_params * sc.comm["grad_dtype_bytes"]
         rec.fill(grad_bytes, self.s_compute, self.gpu.fill_ns(grad_bytes))
-        dr = rec.push("data", "perfdoctor") if self.label_pd else -1
-        rec.host_work(data_ms * 1e6, "data")
-        if dr >= 0:
-            rec.pop(dr)
+        if not pytorch:
+            self._fetch(data_ms)
+        prefetch = int(h.get("prefetch_mb", 0) * 2**20)
+        if prefetch:  # nothing waits for it: the next step's batch, or offloaded weights for later
+            rec.copy(prefetch, COPY_HTOD, MEM_PINNED, MEM_DEVICE, self.s_prefetch, self.gpu.copy_ns(prefetch))
         for _ in range(self.m):
             for nbytes in self.input_bytes:
                 rec.copy(nbytes, COPY_HTOD, MEM_PINNED, MEM_DEVICE, self.s_compute, self.gpu.copy_ns(nbytes))
@@ -701,7 +742,7 @@ class StageProgram:
         passes = stage_passes(self.pp, self.vpp, self.m, self.stage)
         phase = -1  # forward_backward: one "Forward" range over the passes up to the first backward, then "Backward"
         if user == "forward_backward":
-            phase = rec.push("Forward", None)
+            phase = rec.push("Forward", "")
         last_bwd = {}
         for i, p in enumerate(passes):
             if not p.forward:
@@ -712,7 +753,7 @@ class StageProgram:
             yield from self._p2p(step, [pending_send] if pending_send else [], [recv] if recv else [])
             if not p.forward and phase >= 0 and self.rec.nvtx[phase][3] == "Forward":
                 rec.pop(phase)
-                phase = rec.push("Backward", None)
+                phase = rec.push("Backward", "")
             if p.forward:
                 self._forward(p, step, gc_at, ag_ends)
             else:
@@ -736,10 +777,19 @@ class StageProgram:
         rec.copy(_LOSS_SCALAR_BYTES, COPY_DTOH, MEM_DEVICE, MEM_PAGEABLE, self.s_compute, loss_ns)
         rec.synchronize()
         rec.host_work(h["post_sync_python_us"] * 1e3)
-        if ur >= 0:
-            rec.pop(ur)
-        if sr >= 0:
-            rec.pop(sr)
+        for r in (pr, ur, sr):
+            if r >= 0:
+                rec.pop(r)
+
+    def _fetch(self, data_ms: float) -> None:
+        """The training loop waiting `data_ms` for its next batch, inside the data-loading ranges it records."""
+        rec = self.rec
+        dr = rec.push("data", "perfdoctor") if self.label_pd else -1
+        tr = rec.push(DATALOADER_RANGE, "") if self.sc.labels.get("pytorch") else -1
+        rec.host_work(data_ms * 1e6, "data")
+        for r in (tr, dr):
+            if r >= 0:
+                rec.pop(r)
 
     def _optimizer(self) -> None:
         """Grad-norm and Adam as multi-tensor-apply chunks over this rank's (sharded) parameters."""
@@ -760,7 +810,7 @@ class StageProgram:
             # the per-process `rank` mark is added by the writer, which knows which rank each file holds
             self.rec.mark("config " + json.dumps(config_mark, separators=(",", ":")), "perfdoctor")
         phases = bool(self.sc.labels.get("user_phases"))
-        init = self.rec.push("init_model", None) if phases else -1
+        init = self.rec.push("init_model", "") if phases else -1
         if self.sc.nccl_comm_init:
             self._comm_init()
         else:
@@ -773,11 +823,11 @@ class StageProgram:
         loop = -1
         for step in range(self.sc.run["steps"]):
             if phases and step == 0 and warmup:
-                loop = self.rec.push("warmup", None)
+                loop = self.rec.push("warmup", "")
             if phases and step == warmup:
                 if loop >= 0:
                     self.rec.pop(loop)
-                loop = self.rec.push("benchmark_loop", None)
+                loop = self.rec.push("benchmark_loop", "")
             yield from self._step(step)
         if loop >= 0:
             self.rec.pop(loop)

@@ -85,6 +85,8 @@ _SPEC: dict[str, dict[str, tuple[type | tuple[type, ...], Any, tuple[Any, ...] |
         # CUPTI_ACTIVITY_KIND_GRAPH_TRACE row per replay instead (schema 2024.2 and later)
         "cuda_graphs": (bool, False, None),
         "cuda_graph_trace": (str, "graph", ("graph", "node")),
+        # a pinned host-to-device prefetch of this many MiB per step on a side stream nothing waits for
+        "prefetch_mb": ((int, float), 0, None),
     },
     "kernels": {
         "precision": (str, "bf16", ("bf16", "fp8")),
@@ -96,6 +98,9 @@ _SPEC: dict[str, dict[str, tuple[type | tuple[type, ...], Any, tuple[Any, ...] |
         "fused_bias_dropout": (bool, True, None),
         "fused_rope": (bool, True, None),
         "stream_base": (int, 7, None),
+        # MoE token dispatch/combine with DeepEP (Megatron's flex dispatcher) instead of NCCL all-to-alls:
+        # DeepEP's own kernels on its own comm stream, no NCCL call, the compute stream waiting on them
+        "deep_ep": (bool, False, None),
     },
     "labels": {
         "perfdoctor": (bool, True, None),
@@ -113,6 +118,10 @@ _SPEC: dict[str, dict[str, tuple[type | tuple[type, ...], Any, tuple[Any, ...] |
         # and `benchmark_loop` (the rest) ranges, as a CS336-style benchmark script marks them
         "user_phases": (bool, False, None),
         "user_warmup": (int, 1, None),
+        # the ranges PyTorch's profiler records, without perfdoctor's: `ProfilerStep#N` and the DataLoader fetch
+        # `enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__` (nsys: the default NVTX domain, as
+        # emit_nvtx writes it; Kineto: user annotations)
+        "pytorch": (bool, False, None),
     },
     "output": {
         "schema": (str, "2024.2", ("2022.4", "2024.2", "2026.2")),
@@ -138,11 +147,11 @@ _SPEC: dict[str, dict[str, tuple[type | tuple[type, ...], Any, tuple[Any, ...] |
         "seed": (int, 1, None),
     },
 }
-# Keys that appear in a validated section only when the first of them is on, so scenarios without the
-# option (and the truth files that record their labels) read exactly as before it existed.
-_SPARSE = [("labels", ("nccl_payload", "nccl_comm_init")),
-           ("labels", ("user_steps", "user_phases", "user_warmup")),
-           ("output", ("window_ms", "window_start_ms")), ("host", ("cuda_graphs", "cuda_graph_trace"))]
+# Keys that appear in a validated section only when the first of their group is on, so scenarios without
+# the option (and the truth files that record their labels) read exactly as before it existed.
+_SPARSE = {"labels": (("nccl_payload", "nccl_comm_init"), ("user_steps", "user_phases", "user_warmup"), ("pytorch",)),
+           "output": (("window_ms", "window_start_ms"),),
+           "host": (("cuda_graphs", "cuda_graph_trace"), ("prefetch_mb",)), "kernels": (("deep_ep",),)}
 
 # Process-group kinds with an NCCL communicator, in the order Megatron creates them
 # (initialize_model_parallel: data-parallel with CP, CP, TP, PP, then the expert groups).
@@ -354,10 +363,11 @@ def scenario_from_dict(raw: dict[str, Any]) -> Scenario:
     if unknown:
         raise _fail(unknown[0], f"unknown section (known: name, description, {', '.join(_SPEC)})")
     sections = {k: _section(k, raw.get(k)) for k in _SPEC}
-    for section, (switch, *rest) in _SPARSE:
-        if not sections[section][switch]:
-            for key in (switch, *rest):
-                del sections[section][key]
+    for section, groups in _SPARSE.items():
+        for switch, *rest in groups:
+            if not sections[section][switch]:
+                for key in (switch, *rest):
+                    del sections[section][key]
     s = Scenario(name=name, description=description, **sections)
     _check_consistency(s)
     return s

@@ -382,12 +382,14 @@ def _write_nvtx(
     first = min(r[0] for r in rec.nvtx)
     rows = ([(first, None, NVTX_MARK, rank_mark, "perfdoctor")] if rank_mark else []) + rec.nvtx
     first -= offset_ns
-    domains: dict[str, int] = {}
+    domains: dict[str, int] = {"": 0}  # the default domain ("" here) has id 0 and no creation row
     for *_, dom in rows:
-        if dom is not None and dom not in domains:  # None: the default domain (id 0, never created)
-            domains[dom] = len(domains) + 1
+        if dom not in domains:
+            domains[dom] = len(domains)
     starts, ends, etypes, texts, text_ids, dom_ids = [], [], [], [], [], []
     for dom, did in domains.items():
+        if not did:
+            continue
         starts.append(first - 10_000 + did)
         ends.append(None)
         etypes.append(NVTX_DOMAIN_CREATE)
@@ -401,7 +403,7 @@ def _write_nvtx(
         registered = dom == "NCCL" or not ascii_text
         texts.append(None if registered else text)
         text_ids.append(sid(text) if registered else None)
-        dom_ids.append(domains[dom] if dom is not None else 0)
+        dom_ids.append(domains[dom])
     values: dict[str, Any] = {
         "start": starts,
         "end": ends,

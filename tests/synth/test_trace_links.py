@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import sqlite3
 from pathlib import Path
@@ -198,7 +199,8 @@ def test_2026_tables_match_real_export(generated: dict) -> None:
 
 def test_nvtx_labels_enclose_their_launches(generated: dict) -> None:
     """Every NCCL kernel's launch call lies inside a perfdoctor `comm` range and an NCCL-domain range
-    on the same thread (labelled scenarios); unlabelled traces have no NVTX at all."""
+    on the same thread (labelled scenarios); unlabelled traces have no NVTX at all, and traces with only
+    PyTorch's own ranges (labels.pytorch) have them in the default domain (id 0, never created)."""
     for name, paths in generated.items():
         for path in paths:
             con = sqlite3.connect(path)
@@ -208,6 +210,15 @@ def test_nvtx_labels_enclose_their_launches(generated: dict) -> None:
             }
             if name == "unlabeled":
                 assert con.execute("SELECT count(*) FROM NVTX_EVENTS").fetchone()[0] == 0
+                continue
+            labels = json.loads(path.with_suffix(".truth.json").read_text())["labels"]
+            if not labels["perfdoctor"]:
+                assert labels.get("pytorch")
+                default = {t for (t,) in con.execute("SELECT coalesce(n.text, s.value) FROM NVTX_EVENTS n LEFT JOIN "
+                                                     "StringIds s ON s.id = n.textId WHERE n.domainId = 0")}
+                assert any(t.startswith("ProfilerStep#") for t in default)
+                assert any(t.startswith("enumerate(DataLoader)#") for t in default)
+                assert "perfdoctor" not in set(doms.values())
                 continue
             ranges = {}
             for s, e, gt, d, text, tid in con.execute(
