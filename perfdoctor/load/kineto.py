@@ -497,6 +497,9 @@ def _build(c: _Collector, meta: dict[str, Any]) -> tuple[TraceInfo, list[Timelin
     )
     rank, world = _int(dist.get("rank")), _int(dist.get("world_size"))
     info.config = _config_from_groups(dist.get("pg_config"))
+    groups = captured.get("groups") if captured is not None else None
+    if isinstance(groups, dict):
+        info.capture_groups = {str(k): v for k, v in groups.items() if isinstance(v, str)}
     thread_names = {gpid | (tid & ID_MASK): name for (pid, tid), name in c.thread_names.items() if pid == host_pid}
     devices = sorted(set(np.unique(kernels["device_id"]).tolist()) | set(np.unique(memcpy["device_id"]).tolist())
                      | set(np.unique(memset["device_id"]).tolist()))
