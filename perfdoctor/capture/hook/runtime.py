@@ -51,7 +51,7 @@ from types import ModuleType
 from typing import Any
 
 from perfdoctor.capture import snapshot
-from perfdoctor.capture.hook.groups import GroupNamer
+from perfdoctor.capture.hook.groups import GroupNamer, megatron_groups
 from perfdoctor.capture.hook.nvtx_emit import Emitter, make_emitter
 from perfdoctor.capture.hook.torch_profiler import KinetoWindow, RecordFunctionEmitter, final_name, trace_metadata
 
@@ -405,8 +405,18 @@ class Hook:
             return
         emitter = self.emitter
         marks = emitter.marks if isinstance(emitter, RecordFunctionEmitter) else []
+        self._guarded("group names", self._name_known_groups)()
         path = window.stop_and_export(trace_metadata(marks, self.group_names, self.rank, window.activities))
         self.profiler.update(stopped=True, trace=final_name(path.name), at_step=self.steps_done)
+
+    def _name_known_groups(self) -> None:
+        """Names for the groups whose collectives may never pass through Python (DDP's C++ reducer on the
+        world group, Megatron's groups used by other libraries), so their NCCL kernels are labelled too."""
+        default = self.namer.default_group
+        for group in [default, *[g for g, _ in megatron_groups()]]:
+            pg_name = getattr(group, "group_name", None)
+            if isinstance(pg_name, str):
+                self.group_names.setdefault(pg_name, self.namer.name(group))
 
     def _cudart_call(self, name: str) -> None:
         try:
