@@ -54,6 +54,10 @@ EXCLUDED = {
     "llama3_8b_pretrain_config ...": CAPTURE_ON_GPUS,
     "perfdoctor capture --steps 10-12 -- torchrun --nproc_per_node 8 -m nemo_run.core.runners.fdl_runner ...":
         CAPTURE_ON_GPUS,
+    "perfdoctor capture --profiler torch --steps 10-12 -- torchrun --nproc_per_node 8 pretrain_gpt.py ...":
+        CAPTURE_ON_GPUS,
+    "bash tests/e2e/gpu_capture.sh":
+        "needs a GPU machine; its --cpu variant runs in tests/e2e/test_capture_torch_e2e.py",
 }
 
 

@@ -104,3 +104,15 @@ def test_analyze_reads_the_run_directory(run_dir: Path) -> None:
     assert all(d["nvtx_domains"]["perfdoctor"] > 0 and d["nvtx_marks"] == 2 for d in report["devices"])
     assert any("no CUDA data" in w for w in report["warnings"])
     assert report["run"]["config"]["tp"] == 2
+
+
+def test_the_gpu_script_runs_on_cpu(tmp_path: Path) -> None:
+    """tests/e2e/gpu_capture.sh --cpu: the GPU machine's script, with gloo and CPU activity, passes its checks."""
+    if shutil.which("torchrun") is None or shutil.which("bash") is None:
+        pytest.skip("needs bash and torch")
+    env = {**os.environ, "PYTHON": sys.executable}
+    proc = subprocess.run(["bash", str(HERE / "gpu_capture.sh"), "--cpu", str(tmp_path)], capture_output=True,
+                          text=True, timeout=600, env=env, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "FAIL" not in proc.stdout and proc.stdout.count("ok  ") == 7
+    assert "analyze: steps {'count': 2" in proc.stdout

@@ -7,8 +7,9 @@ gradients, a tensor-parallel group that all-gathers activations, and a pipeline 
 tensor with ``batch_isend_irecv``. Every other step makes cyclic garbage and collects it, so GC runs
 inside steps. Batches come from a ``DataLoader``. The optimizer is plain ``torch.optim.SGD``.
 
-With ``TINY_TRAIN_TIMES=FILE`` each rank writes its step times (seconds, one list) to ``FILE.<rank>``,
-which benchmarks/bench_capture_overhead.py compares with and without a capture.
+With ``TINY_TRAIN_TIMES=FILE`` each rank writes its iteration times to ``FILE.<rank>`` (JSON: one
+``[wall s, process CPU s]`` pair per iteration), which benchmarks/bench_capture_overhead.py compares with
+and without a capture.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ def main(steps: int) -> None:
                                                batch_size=32))
     times = []
     for step in range(steps):
-        began = time.perf_counter()
+        began, cpu = time.perf_counter(), time.process_time()
         (x,) = next(batches)
         hidden = model[0](x)
         gathered = [torch.empty_like(hidden) for _ in range(world)]
@@ -62,7 +63,7 @@ def main(steps: int) -> None:
                 a: list = []
                 a.append(a)
             gc.collect()
-        times.append(time.perf_counter() - began)
+        times.append((time.perf_counter() - began, time.process_time() - cpu))
     if os.environ.get("TINY_TRAIN_TIMES"):
         with open(f"{os.environ['TINY_TRAIN_TIMES']}.{rank}", "w") as fh:
             json.dump(times, fh)
