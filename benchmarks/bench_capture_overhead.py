@@ -15,7 +15,8 @@ and even ones do not, so iterations are compared index by index: per iteration, 
 and rounds; per group, the mean of those medians, with and without the capture, and their ratio. Both
 the wall time and the rank's CPU time (``time.process_time``: what the profiler's own work adds, and
 far less disturbed than the wall time by other jobs on a shared machine) are compared. The steps
-outside the window must cost what they cost without it (ratio about 1, within the machine's noise). Run: ``python benchmarks/bench_capture_overhead.py [--iterations 30 --steps 10-14 --rounds 3]``.
+outside the window must cost what they cost without it (ratio about 1, within the machine's noise).
+Run: ``python benchmarks/bench_capture_overhead.py [--iterations 30 --steps 10-14 --rounds 3]``.
 """
 
 from __future__ import annotations

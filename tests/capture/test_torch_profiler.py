@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
+import signal
+import subprocess
 import sys
 from pathlib import Path
 
@@ -156,3 +159,39 @@ def test_a_missing_nsys_falls_back_to_the_pytorch_profiler(tmp_path: Path, monke
     with pytest.raises(InputError, match="not found"):
         run_capture(CaptureOptions(command=[sys.executable, "-c", "pass"], out=tmp_path / "run2", profiler="nsys"))
     assert not (tmp_path / "run2").exists()
+
+
+RANK_PROGRAM = """
+import sys, tempfile, time
+import torch, torch.distributed as dist
+dist.init_process_group("gloo", init_method=f"file://{tempfile.mktemp()}", rank=0, world_size=1)
+model = torch.nn.Linear(4, 4)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(4):
+    model(torch.ones(4)).sum().backward()
+    dist.all_reduce(model.weight.grad)
+    optimizer.step()
+print("ready", flush=True)
+time.sleep(120)
+"""
+
+
+def test_sigint_inside_the_window_still_leaves_a_scrubbed_trace(tmp_path: Path) -> None:
+    """Ctrl-C while the window is open: passed to the rank, whose exit exports what it recorded; capture
+    scrubs it, and the exit code is not 0."""
+    run = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "perfdoctor", "capture", "--profiler", "torch", "--out", str(run),
+                             "--steps", "2-9", "--", sys.executable, "-c", RANK_PROGRAM],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "MY_API_TOKEN": "tok-sigint-12345"})
+    assert proc.stdout.readline().strip() == "ready"
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode != 0, err
+    manifest = json.loads((run / "manifest.json").read_text())
+    assert manifest["interrupted_by"] == "SIGINT" and manifest["interrupted_during"] == "training"
+    assert manifest["files"] == ["rank0.pt.trace.json.gz", "ranks/rank0.json"]
+    assert not [p for p in run.iterdir() if p.name.startswith(".")]
+    info, (tl,) = load_kineto(run / "rank0.pt.trace.json.gz")
+    assert sorted(labelled(tl.nvtx, "step")["text"]) == ["step n=2", "step n=3", "step n=4"]  # 4: ends at exit
+    assert labelled(tl.nvtx, "comm")["text"][0].startswith("comm op=all_reduce group=dp")
