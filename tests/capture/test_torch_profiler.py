@@ -195,3 +195,16 @@ def test_sigint_inside_the_window_still_leaves_a_scrubbed_trace(tmp_path: Path) 
     info, (tl,) = load_kineto(run / "rank0.pt.trace.json.gz")
     assert sorted(labelled(tl.nvtx, "step")["text"]) == ["step n=2", "step n=3", "step n=4"]  # 4: ends at exit
     assert labelled(tl.nvtx, "comm")["text"][0].startswith("comm op=all_reduce group=dp")
+
+
+def test_a_training_python_without_torch_is_refused(tmp_path: Path) -> None:
+    from perfdoctor.capture import preflight
+    from perfdoctor.capture.command import parse_launch
+    from perfdoctor.capture.launcher import PACKAGE_ROOT
+
+    (tmp_path / "torch.py").write_text("raise ImportError('no torch in this environment')\n")
+    env = {**os.environ, "PYTHONPATH": str(tmp_path)}
+    launch = parse_launch([sys.executable, "train.py"])
+    with pytest.raises(InputError, match="cannot run in the training Python .*no torch in this environment"):
+        preflight.check_torch_profiler(launch, env, PACKAGE_ROOT)
+    assert "Kineto" in preflight.check_torch_profiler(launch, dict(os.environ), PACKAGE_ROOT)

@@ -135,7 +135,7 @@ def trace_metadata(marks: list[str], groups: dict[str, str], rank: int, activiti
         elif kind == "config":
             config = json.loads(rest)
     return {"version": METADATA_VERSION, "rank": rank_mark or {"r": rank}, "config": config, "groups": groups,
-            "activities": activities, "labels": ["step", "comm", "fwd", "bwd", "gc", "data"]}
+            "activities": activities}
 
 
 def _plain(value: Any) -> Any:
