@@ -61,7 +61,7 @@ if device == "cuda":
     groups = {g: sorted(info["label_source"]) for d in report["devices"] for g, info in d["groups"].items()}
     print(f"comm groups and label sources: {groups}")
     if nproc > 1:
-        check(groups.get("dp") == ["capture"], "dp comm kernels labelled from the capture")
+        check("capture" in groups.get("dp", []), "dp comm kernels labelled from the capture")
     print(f"step median {report['steps']['median_ms']:.2f} ms; gpu.busy_fraction "
           f"{report['metrics']['all']['gpu.busy_fraction']}; findings: {[f['rule'] for f in report['findings']]}")
 else:
