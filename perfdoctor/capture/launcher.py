@@ -331,16 +331,8 @@ def _scrub_traces(run_dir: Path, secrets: set[str], interrupts: Interrupts, note
     """Each rank's hidden Kineto trace, scrubbed into its final name and removed (also after a signal:
     a first SIGINT/SIGHUP lets the scrubbing finish; SIGTERM or a second signal stops it, and the traces
     not yet scrubbed are deleted, since nothing unscrubbed may stay in the run directory)."""
-    state = {"abort": False}
-
-    def on_signal(sig: signal.Signals, count: int) -> None:
-        if sig == signal.SIGTERM or count > 1:
-            state["abort"] = True
-            say(f"{sig.name}: stopping; traces not yet scrubbed of secrets are deleted")
-        else:
-            say(f"{sig.name}: scrubbing the traces first; send it again to stop")
-
-    interrupts.enter("export", on_signal)
+    state = _enter_export(interrupts, say, stopping="stopping; traces not yet scrubbed of secrets are deleted",
+                          going_on="scrubbing the traces first; send it again to stop")
     traces = []
     for raw in sorted(run_dir.glob(f".*{torch_profiler.UNSCRUBBED_SUFFIX}")):
         target = raw.with_name(torch_profiler.final_name(raw.name))
@@ -356,6 +348,23 @@ def _scrub_traces(run_dir: Path, secrets: set[str], interrupts: Interrupts, note
         finally:
             raw.unlink(missing_ok=True)
     return traces
+
+
+def _enter_export(interrupts: Interrupts, say: Callable[[str], None], *, stopping: str,
+                  going_on: str) -> dict[str, bool]:
+    """Enter the export phase (:mod:`perfdoctor.capture.interrupts`): a first SIGINT/SIGHUP lets it go on,
+    SIGTERM or a later signal sets ``abort`` in the returned state, which the export loop reads."""
+    state = {"abort": False}
+
+    def on_signal(sig: signal.Signals, count: int) -> None:
+        if sig == signal.SIGTERM or count > 1:
+            state["abort"] = True
+            say(f"{sig.name}: {stopping}")
+        else:
+            say(f"{sig.name}: {going_on}")
+
+    interrupts.enter("export", on_signal)
+    return state
 
 
 def _trace_of(nsys_cmd: list[str]) -> str:
@@ -429,16 +438,8 @@ def _export_all(cli: NsysCli, reports: list[Path], options: CaptureOptions, priv
     report once its scrubbed export is in place."""
     env = dict(os.environ)
     env["TMPDIR"] = str(private)
-    state = {"abort": False}
-
-    def on_signal(sig: signal.Signals, count: int) -> None:
-        if sig == signal.SIGTERM or count > 1:
-            state["abort"] = True
-            say(f"{sig.name}: stopping the export; the .nsys-rep report(s) are kept")
-        else:
-            say(f"{sig.name}: exporting what was captured first; send it again to stop the export")
-
-    interrupts.enter("export", on_signal)
+    state = _enter_export(interrupts, say, stopping="stopping the export; the .nsys-rep report(s) are kept",
+                          going_on="exporting what was captured first; send it again to stop the export")
     exports = []
     for report in reports:
         target = report.with_suffix(".sqlite")

@@ -208,3 +208,27 @@ def test_a_training_python_without_torch_is_refused(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="cannot run in the training Python .*no torch in this environment"):
         preflight.check_torch_profiler(launch, env, PACKAGE_ROOT)
     assert "Kineto" in preflight.check_torch_profiler(launch, dict(os.environ), PACKAGE_ROOT)
+
+
+def test_sigterm_while_scrubbing_deletes_what_is_not_scrubbed(tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """The export phase of --profiler torch: the trace being scrubbed is finished, the rest deleted unread."""
+    from perfdoctor.capture import launcher
+    from perfdoctor.capture.interrupts import Interrupts
+
+    for rank in (0, 1):
+        captured_trace(tmp_path / torch_profiler.unscrubbed_name(rank))
+    real = scrub.scrub_kineto
+
+    def scrub_then_sigterm(source: Path, target: Path, secrets: set[str]) -> int:
+        os.kill(os.getpid(), signal.SIGTERM)
+        return real(source, target, secrets)
+
+    monkeypatch.setattr(scrub, "scrub_kineto", scrub_then_sigterm)
+    notes: list[str] = []
+    with Interrupts(lambda line: None) as interrupts:
+        traces = launcher._scrub_traces(tmp_path, set(), interrupts, notes, lambda line: None)
+    assert [p.name for p in traces] == ["rank0.pt.trace.json.gz"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rank0.pt.trace.json.gz"]
+    assert notes == ["rank1.pt.trace.json.gz deleted unscrubbed (SIGTERM during the scrubbing)"]
+    assert interrupts.exit_code(0) == 128 + signal.SIGTERM
