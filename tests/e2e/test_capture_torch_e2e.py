@@ -59,7 +59,8 @@ def test_one_trace_per_rank_with_the_capture_labels(run_dir: Path) -> None:
         assert all(int(f["bytes"]) > 0 and f["size"] == "2" for f in comm)
         assert len(labelled(tl.nvtx, "gc")) >= 1  # steps 3 collect garbage inside the window
         assert len(labelled(tl.nvtx, "data")) == 3  # one DataLoader fetch per step
-        assert sorted(tl.trace.capture_groups.values()) == ["dp", "pp", "tp"]
+        # c10d names: the world group ("0", dp without Megatron's parallel state), then the groups in order
+        assert tl.trace.capture_groups == {"0": "dp", "1": "dp", "2": "tp", "3": "pp"}
         assert tl.trace.config == {"dp": 2, "tp": 2, "pp": 2}  # the profiler's own process-group record
 
 
