@@ -232,3 +232,24 @@ def test_sigterm_while_scrubbing_deletes_what_is_not_scrubbed(tmp_path: Path,
     assert sorted(p.name for p in tmp_path.iterdir()) == ["rank0.pt.trace.json.gz"]
     assert notes == ["rank1.pt.trace.json.gz deleted unscrubbed (SIGTERM during the scrubbing)"]
     assert interrupts.exit_code(0) == 128 + signal.SIGTERM
+
+
+def test_the_training_codes_own_profiler_is_left_alone(tmp_path: Path) -> None:
+    """A PyTorch profiler already running when the window opens belongs to the training code: the hook
+    starts none (which would take its session over), says so once, and records why."""
+    program = f"""
+import json, torch
+from torch.profiler import profile, ProfilerActivity
+from perfdoctor.capture.hook import runtime
+hook = runtime.Hook({{runtime.ENV_RUN_DIR: {str(tmp_path)!r}, runtime.ENV_PROFILER: "torch"}})
+hook.torch = torch
+theirs = profile(activities=[ProfilerActivity.CPU])
+theirs.start()
+hook._start_kineto()
+theirs.stop()
+print(json.dumps({{"kineto": hook.kineto is not None, "by": hook.profiler["by"]}}))
+"""
+    proc = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.splitlines()[-1]) == {"kineto": False, "by": "training code"}
+    assert "runs its own PyTorch profiler" in proc.stderr

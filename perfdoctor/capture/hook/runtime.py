@@ -392,6 +392,11 @@ class Hook:
     def _start_kineto(self) -> None:
         if self.kineto is not None:
             return
+        if getattr(self.torch.autograd.profiler, "_is_profiler_enabled", False):  # one profiler per process
+            self.profiler["by"] = "training code"
+            self.warn("the training code runs its own PyTorch profiler: perfdoctor's is not started and this rank "
+                      "writes no trace (turn the training's profiler off)")
+            return
         self.kineto = KinetoWindow(self.torch, self.run_dir, self.rank)
         self.kineto.start()
         self.profiler.update(by="perfdoctor", started=True, activities=self.kineto.activities)
