@@ -63,6 +63,10 @@ MAX_UNSPLIT_BYTES = 64 << 20
 TID_BITS = 24  # the same globalTid layout as nsys exports (load.nsys): pid << 24 | tid
 ID_MASK = (1 << TID_BITS) - 1
 NVTX_PUSH_POP = 59  # ranges land in the NVTX table as push/pop ranges of the default domain
+NVTX_MARK = 34  # the capture's rank and config marks (nsys' event type for marks)
+# perfdoctor's capture labels (DESIGN §4) as record_function ranges: their domain and first words.
+CAPTURE_DOMAIN = "perfdoctor"
+CAPTURE_KINDS = frozenset({"step", "comm", "fwd", "bwd", "gc", "data"})
 RANGE_CATEGORIES = ("cpu_op", "user_annotation")
 API_CATEGORIES = ("cuda_runtime", "cuda_driver")
 # Kineto's memcpy names: "Memcpy HtoD (Pageable -> Device)"; nsys' ENUM_CUDA_MEMCPY_OPER codes.
@@ -520,12 +524,6 @@ def _build(c: _Collector, meta: dict[str, Any]) -> tuple[TraceInfo, list[Timelin
         warnings.append(f"rank {rank} drove {len(devices)} GPUs: ranks are given in file order")
     info.rank, info.world_size = rank, world
     return info, timelines
-
-
-# perfdoctor's capture labels (DESIGN §4) as record_function ranges: their first word.
-CAPTURE_DOMAIN = "perfdoctor"
-CAPTURE_KINDS = frozenset({"step", "comm", "fwd", "bwd", "gc", "data"})
-NVTX_MARK = 34
 
 
 def _is_label(text: np.ndarray) -> np.ndarray:
