@@ -330,18 +330,22 @@ def memory(paths: tuple[Path, ...], output_format: str, output: Path | None, dev
 @click.option("--force", is_flag=True, help="Write into a non-empty run directory, overwriting files of the same "
                                             "names.")
 @click.option("--analyze", "run_analyze", is_flag=True, help="Run `perfdoctor analyze RUN_DIR` at the end.")
+@click.option("--profiler", type=click.Choice(["auto", "nsys", "torch"]), default="auto", help=(
+    "nsys, or torch: each rank runs torch.profiler and writes a Kineto trace (no nsys needed). auto (default): "
+    "nsys, or torch (said in one line) where nsys is missing or cannot write reports."))
 @click.option("--keep-reports", default="yes", help=(
     "yes, or no: delete each .nsys-rep once its scrubbed SQLite export is written (reports hold the unredacted "
     "environment; use no for runs you will share)."))
 @click.pass_context
 def capture(ctx: click.Context, out: Path | None, steps: str | None, ranks: str, per_rank: bool | None, memory: bool,
             memory_max_entries: int, nsys_arg: tuple[str, ...], nsys: str | None, force: bool, run_analyze: bool,
-            keep_reports: str) -> None:
+            profiler: str, keep_reports: str) -> None:
     """Run a training command under nsys with perfdoctor's per-rank labels: perfdoctor capture [OPTIONS] -- CMD ...
 
     CMD is `torchrun ...`, `python ...` or `srun ...`. The training code is not modified: a sitecustomize
-    hook labels steps, collectives (by parallel group), GC and micro-batches, and records CUDA memory
-    history. The exit code is the training command's.
+    hook labels steps, collectives (by parallel group), GC, data waits and micro-batches, and records CUDA
+    memory history. Without nsys (--profiler torch) each rank profiles itself with torch.profiler. The exit
+    code is the training command's.
     """
     from perfdoctor.capture.launcher import CaptureOptions, parse_ranks, parse_steps, run_capture
 
@@ -352,7 +356,7 @@ def capture(ctx: click.Context, out: Path | None, steps: str | None, ranks: str,
     options = CaptureOptions(command=list(ctx.args), out=out, steps=parse_steps(steps), ranks=parse_ranks(ranks),
                              per_rank=per_rank, memory=memory, memory_max_entries=memory_max_entries,
                              nsys_args=list(nsys_arg), nsys=nsys, force=force,
-                             keep_reports=keep_reports == "yes")
+                             keep_reports=keep_reports == "yes", profiler=profiler)
 
     def say(line: str) -> None:
         sys.stderr.write(f"perfdoctor: {line}\n")
@@ -362,13 +366,14 @@ def capture(ctx: click.Context, out: Path | None, steps: str | None, ranks: str,
         say(note)
     training = "not started" if result.training_exit_code is None else result.training_exit_code
     interrupted = f", interrupted by {result.interrupted_by}" if result.interrupted_by else ""
-    say(f"run directory {result.run_dir}: {len(result.reports)} report(s), {len(result.exports)} SQLite "
-        f"export(s), manifest.json; training exit code {training}{interrupted}")
+    made = (f"{len(result.exports)} PyTorch profiler trace(s)" if result.profiler == "torch" else
+            f"{len(result.reports)} report(s), {len(result.exports)} SQLite export(s)")
+    say(f"run directory {result.run_dir}: {made}, manifest.json; training exit code {training}{interrupted}")
     if run_analyze and not result.interrupted_by:
         if result.exports or any(result.run_dir.glob("*.sqlite")):
             ctx.invoke(analyze, paths=(result.run_dir,))
         else:
-            say("--analyze: nothing to analyse (no SQLite export)")
+            say("--analyze: nothing to analyse (no SQLite export or PyTorch profiler trace)")
     if result.exit_code:
         raise click.exceptions.Exit(result.exit_code)
 

@@ -55,6 +55,10 @@ class TraceInfo:
     config: dict[str, Any] = field(default_factory=dict)
     rank: int | None = None
     world_size: int | None = None
+    # c10d process-group name → DESIGN §4 group, as perfdoctor's capture hook named the groups it saw
+    # (the metadata of a ``perfdoctor capture --profiler torch`` trace): labels NCCL kernels by their
+    # ``Process Group Name`` where no ``comm`` range encloses their launch.
+    capture_groups: dict[str, str] = field(default_factory=dict)
 
     @property
     def producer(self) -> str:

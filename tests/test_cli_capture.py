@@ -38,6 +38,15 @@ def test_unknown_options_go_to_the_training_command(capsys, captured):
     assert options.command == ["torchrun", "--nproc_per_node", "2", "train.py", "--lr", "1", "-o", "x"]
     assert (options.steps, options.per_rank, options.nsys_args, options.out) == ((2, 3), False, ["--x=1"], None)
     assert (options.memory, options.memory_max_entries, options.keep_reports) == (True, 100_000, True)
+    assert options.profiler == "auto"
+
+
+def test_profiler_option(capsys, captured):
+    code, _, err = run_cli(capsys, "capture", "--profiler", "torch", "--", "python", "train.py")
+    assert code == 3, err
+    assert captured[0].profiler == "torch"
+    code, _, err = run_cli(capsys, "capture", "--profiler", "perf", "--", "python", "train.py")
+    assert code == 2 and "perf" in err and len(captured) == 1
 
 
 def test_analyze_flag_analyses_the_run_directory(capsys, captured, tmp_path):

@@ -60,6 +60,10 @@ EXCLUDED = {
     "--overlap-grad-reduce": CAPTURE_ON_GPUS,
     "pip install '.[mcp]'": "installs the MCP SDK from the package index; .ci/run installs the wheel with the mcp "
                             "extra, and tests/test_mcp.py drives `perfdoctor mcp` with the SDK's own client",
+    "perfdoctor capture --profiler torch --steps 10-12 -- torchrun --nproc_per_node 8 pretrain_gpt.py ...":
+        CAPTURE_ON_GPUS,
+    "bash tests/e2e/gpu_capture.sh":
+        "needs a GPU machine; its --cpu variant runs in tests/e2e/test_capture_torch_e2e.py",
 }
 
 

@@ -1,5 +1,10 @@
 """``perfdoctor capture -- CMD``: run a training command under nsys with the per-rank hook, then export.
 
+Or, with ``--profiler torch`` (and by default where nsys is missing or cannot write a report, said in
+one line), without nsys: each rank's hook runs ``torch.profiler`` over the window and writes a Kineto
+trace, which is scrubbed of secrets into ``rank<R>.pt.trace.json.gz`` once the run has ended
+(:func:`_scrub_traces`); everything else (checks, signals, exit codes, manifest) is the same.
+
 One call, in order: check that the command exists and its Python can emit the labels
 (:mod:`perfdoctor.capture.preflight`), find nsys, check the output directory, insert ``nsys profile``
 into the command (:mod:`perfdoctor.capture.command`), start it with the hook on ``PYTHONPATH``, pass
@@ -34,13 +39,13 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from perfdoctor.capture import command as launch_command
 from perfdoctor.capture import manifest as run_manifest
 from perfdoctor.capture import preflight, scrub
-from perfdoctor.capture.hook import runtime
+from perfdoctor.capture.hook import runtime, torch_profiler
 from perfdoctor.capture.interrupts import FORCE_AFTER, Interrupts
 from perfdoctor.capture.nsys_cli import (
     NsysCli,
@@ -77,6 +82,7 @@ class CaptureOptions:
     force: bool = False
     cuda: bool | None = None  # None: trace CUDA when this machine has an NVIDIA GPU
     keep_reports: bool = True  # False: delete each .nsys-rep once its scrubbed export is written
+    profiler: str = "auto"  # nsys | torch | auto: nsys where it can write reports, else torch
 
 
 @dataclass
@@ -84,11 +90,12 @@ class CaptureResult:
     run_dir: Path
     exit_code: int  # perfdoctor's: the training command's, or 128 + signal after an interruption
     reports: list[Path]  # the reports still in the run directory
-    exports: list[Path]
+    exports: list[Path]  # SQLite exports (nsys) or Kineto traces (torch), scrubbed
     manifest: Path
     notes: list[str]
     training_exit_code: int | None  # None: the training command never started
     interrupted_by: str | None
+    profiler: str = "nsys"
 
 
 def parse_steps(text: str | None) -> tuple[int, int] | None:
@@ -167,6 +174,7 @@ def hook_env(base: dict[str, str], run_dir: Path, options: CaptureOptions, profi
     env[runtime.ENV_MEMORY] = "1" if options.memory else "0"
     env[runtime.ENV_MAX_ENTRIES] = str(options.memory_max_entries)
     env[runtime.ENV_PROFILER_API] = "1" if profiler_api else "0"
+    env[runtime.ENV_PROFILER] = "torch" if options.profiler == "torch" else "nsys"
     env["PERFDOCTOR_STARTED_FILE"] = str(started_file)
     env["PERFDOCTOR_PACKAGE_ROOT"] = str(PACKAGE_ROOT)
     return env
@@ -175,15 +183,41 @@ def hook_env(base: dict[str, str], run_dir: Path, options: CaptureOptions, profi
 def run_capture(options: CaptureOptions, say: Callable[[str], None] = lambda s: None) -> CaptureResult:
     """Capture ``options.command``; see the module docstring. Raises InputError/UsageError (exit 2) or
     CommandNotFound (127) before anything runs when the request cannot work."""
+    if options.profiler not in PROFILERS:
+        raise UsageError(f"--profiler {options.profiler!r}: expected one of {', '.join(PROFILERS)}")
     launch = launch_command.parse_launch(options.command)
     per_rank = options.per_rank if options.per_rank is not None else launch.per_rank_default
     with Interrupts(say) as interrupts:
         preflight.check_command(launch)
-        cli = find_nsys(options.nsys)
-        preflight.check_nsys(cli)
+        cli = _nsys_or_fallback(options, say)
+        options = replace(options, profiler="nsys" if cli is not None else "torch")
+        if cli is None:
+            notes = [preflight.check_torch_profiler(launch, os.environ, PACKAGE_ROOT)]
+            run_dir = prepare_run_dir(options.out, options.force)
+            return _capture_torch(options, launch, run_dir, notes, interrupts, say)
         notes = [preflight.check_labels(launch, os.environ, PACKAGE_ROOT)]
         run_dir = prepare_run_dir(options.out, options.force)
         return _capture(options, launch, per_rank, cli, run_dir, notes, interrupts, say)
+
+
+PROFILERS = ("auto", "nsys", "torch")
+
+
+def _nsys_or_fallback(options: CaptureOptions, say: Callable[[str], None]) -> NsysCli | None:
+    """The nsys to capture with, or None for the PyTorch profiler: asked for (``--profiler torch``), or
+    ``auto`` where nsys is missing or cannot write reports (one line says so). ``--profiler nsys`` and an
+    explicit ``--nsys PATH`` insist: their failure is the capture's (exit 2)."""
+    if options.profiler == "torch":
+        return None
+    try:
+        cli = find_nsys(options.nsys)
+        preflight.check_nsys(cli)
+    except InputError as exc:
+        if options.profiler == "nsys" or options.nsys is not None:
+            raise
+        say(f"{exc} -> capturing with the PyTorch profiler instead (--profiler nsys insists on nsys)")
+        return None
+    return cli
 
 
 def _capture(options: CaptureOptions, launch: launch_command.Launch, per_rank: bool, cli: NsysCli, run_dir: Path,
@@ -243,14 +277,94 @@ def _capture(options: CaptureOptions, launch: launch_command.Launch, per_rank: b
         exit_code=exit_code, capture_exit_code=capture_exit, interrupted=interrupts.name,
         interrupted_during=interrupts.during, signals=interrupts.count,
         nsys={"path": cli.path, "version": cli.version, "trace": _trace_of(nsys_cmd),
-              "per_rank": per_rank, "profiler_api_window": profiler_api},
+              "per_rank": per_rank, "profiler_api_window": profiler_api}, profiler="nsys",
         options={"steps": list(options.steps) if options.steps else None, "ranks": options.ranks or "all",
-                 "memory": options.memory, "memory_max_entries": options.memory_max_entries,
+                 "memory": options.memory, "memory_max_entries": options.memory_max_entries, "profiler": "nsys",
                  "nsys_args": options.nsys_args, "force": options.force, "keep_reports": options.keep_reports},
         env=os.environ, files=files, gpus=gpu_names() if cuda else [], notes=notes, secrets=secrets)
     path = run_manifest.write_manifest(run_dir, manifest)
     return CaptureResult(run_dir, capture_exit, kept, exports, path, manifest["notes"], exit_code,
                          interrupts.name)
+
+
+def _capture_torch(options: CaptureOptions, launch: launch_command.Launch, run_dir: Path, notes: list[str],
+                   interrupts: Interrupts, say: Callable[[str], None]) -> CaptureResult:
+    """The command as given, each rank profiling itself (see the module docstring)."""
+    if options.nsys_args or options.per_rank is not None:
+        notes.append("--nsys-arg / --per-rank / --per-node do not apply to the PyTorch profiler: ignored")
+    command = list(options.command)
+    private = Path(tempfile.mkdtemp(prefix="perfdoctor-capture-"))
+    env = hook_env(dict(os.environ), run_dir, options, False, private / "started")
+    secrets = scrub.secret_values(os.environ, options.command)
+    began = ended = time.time()
+    exit_code: int | None = None
+    try:
+        if not interrupts.interrupted:
+            exit_code = _run(command, env, interrupts, say)
+        ended = time.time()
+        traces = _scrub_traces(run_dir, secrets, interrupts, notes, say)
+    finally:
+        shutil.rmtree(private, ignore_errors=True)
+    interrupts.enter("finish")
+    if exit_code is None:
+        notes.append(f"the training command was not started ({interrupts.name} before launch)")
+    elif not traces:
+        notes.append("no rank wrote a PyTorch profiler trace: the window was never reached (see --steps), or the "
+                     "program never became a rank (no torch.distributed, no optimizer step)")
+    files = sorted(p for p in run_dir.rglob("*") if p.is_file() and not p.name.startswith("."))
+    capture_exit = interrupts.exit_code(exit_code)
+    manifest = run_manifest.build_manifest(
+        run_dir=run_dir, command=options.command, wrapped=command, started=began, ended=ended,
+        exit_code=exit_code, capture_exit_code=capture_exit, interrupted=interrupts.name,
+        interrupted_during=interrupts.during, signals=interrupts.count, nsys=None, profiler="torch",
+        options={"steps": list(options.steps) if options.steps else None, "ranks": options.ranks or "all",
+                 "memory": options.memory, "memory_max_entries": options.memory_max_entries,
+                 "profiler": "torch", "force": options.force},
+        env=os.environ, files=files, gpus=gpu_names() if has_nvidia_gpu() else [], notes=notes, secrets=secrets)
+    path = run_manifest.write_manifest(run_dir, manifest)
+    return CaptureResult(run_dir, capture_exit, [], traces, path, manifest["notes"], exit_code, interrupts.name,
+                         profiler="torch")
+
+
+def _scrub_traces(run_dir: Path, secrets: set[str], interrupts: Interrupts, notes: list[str],
+                  say: Callable[[str], None]) -> list[Path]:
+    """Each rank's hidden Kineto trace, scrubbed into its final name and removed (also after a signal:
+    a first SIGINT/SIGHUP lets the scrubbing finish; SIGTERM or a second signal stops it, and the traces
+    not yet scrubbed are deleted, since nothing unscrubbed may stay in the run directory)."""
+    state = _enter_export(interrupts, say, stopping="stopping; traces not yet scrubbed of secrets are deleted",
+                          going_on="scrubbing the traces first; send it again to stop")
+    traces = []
+    for raw in sorted(run_dir.glob(f".*{torch_profiler.UNSCRUBBED_SUFFIX}")):
+        target = raw.with_name(torch_profiler.final_name(raw.name))
+        try:
+            if state["abort"]:
+                notes.append(f"{target.name} deleted unscrubbed ({interrupts.name} during the scrubbing)")
+                continue
+            say(f"scrubbing {target.name}")
+            scrub.scrub_kineto(raw, target, secrets)
+            traces.append(target)
+        except (OSError, ValueError) as exc:
+            notes.append(f"{target.name} could not be scrubbed of secrets ({exc}), so it was not kept")
+        finally:
+            raw.unlink(missing_ok=True)
+    return traces
+
+
+def _enter_export(interrupts: Interrupts, say: Callable[[str], None], *, stopping: str,
+                  going_on: str) -> dict[str, bool]:
+    """Enter the export phase (:mod:`perfdoctor.capture.interrupts`): a first SIGINT/SIGHUP lets it go on,
+    SIGTERM or a later signal sets ``abort`` in the returned state, which the export loop reads."""
+    state = {"abort": False}
+
+    def on_signal(sig: signal.Signals, count: int) -> None:
+        if sig == signal.SIGTERM or count > 1:
+            state["abort"] = True
+            say(f"{sig.name}: {stopping}")
+        else:
+            say(f"{sig.name}: {going_on}")
+
+    interrupts.enter("export", on_signal)
+    return state
 
 
 def _trace_of(nsys_cmd: list[str]) -> str:
@@ -324,16 +438,8 @@ def _export_all(cli: NsysCli, reports: list[Path], options: CaptureOptions, priv
     report once its scrubbed export is in place."""
     env = dict(os.environ)
     env["TMPDIR"] = str(private)
-    state = {"abort": False}
-
-    def on_signal(sig: signal.Signals, count: int) -> None:
-        if sig == signal.SIGTERM or count > 1:
-            state["abort"] = True
-            say(f"{sig.name}: stopping the export; the .nsys-rep report(s) are kept")
-        else:
-            say(f"{sig.name}: exporting what was captured first; send it again to stop the export")
-
-    interrupts.enter("export", on_signal)
+    state = _enter_export(interrupts, say, stopping="stopping the export; the .nsys-rep report(s) are kept",
+                          going_on="exporting what was captured first; send it again to stop the export")
     exports = []
     for report in reports:
         target = report.with_suffix(".sqlite")

@@ -43,21 +43,26 @@ def rank_records(run_dir: Path) -> list[dict[str, Any]]:
 
 def build_manifest(*, run_dir: Path, command: Sequence[str], wrapped: Sequence[str], started: float,
                    ended: float, exit_code: int | None, capture_exit_code: int, interrupted: str | None,
-                   interrupted_during: str | None, signals: int, nsys: Mapping[str, Any],
+                   interrupted_during: str | None, signals: int, nsys: Mapping[str, Any] | None,
                    options: Mapping[str, Any], env: Mapping[str, str], files: Sequence[Path],
-                   gpus: Sequence[str], notes: Sequence[str], secrets: Sequence[str] | set[str] = ()) -> dict[str, Any]:
-    """``exit_code`` is the training command's (None: never started); ``capture_exit_code`` perfdoctor's.
+                   gpus: Sequence[str], notes: Sequence[str], secrets: Sequence[str] | set[str] = (),
+                   profiler: str = "nsys") -> dict[str, Any]:
+    """``exit_code`` is the training command's (None: never started); ``capture_exit_code`` perfdoctor's;
+    ``profiler`` what recorded the run (nsys, or torch: each rank's torch.profiler, ``nsys`` None).
     Every string that comes from the user (command, options, notes, environment) is redacted."""
     ranks = rank_records(run_dir)
     memory = {str(r.get("rank")): r.get("memory", {}) for r in ranks}
     config = next((r["config"] for r in ranks if r.get("config")), {})
-    versions: dict[str, str] = {"perfdoctor": __version__, "nsys": str(nsys.get("version"))}
+    versions: dict[str, str] = {"perfdoctor": __version__}
+    if nsys is not None:
+        versions["nsys"] = str(nsys.get("version"))
     versions.update(_launcher_versions())
     for record in ranks:  # what the ranks imported wins over what the launcher's Python has
         versions.update(record.get("versions") or {})
     hosts = sorted({socket.gethostname(), *(r["host"] for r in ranks if r.get("host"))})
     return {
         "manifest_version": MANIFEST_VERSION,
+        "profiler": profiler,
         "command": redact_command(command, secrets),
         "launched": redact_command(wrapped, secrets),
         "start_time": _iso(started),
@@ -77,7 +82,7 @@ def build_manifest(*, run_dir: Path, command: Sequence[str], wrapped: Sequence[s
         "gpus": sorted(set(gpus) | {r["gpu"] for r in ranks if r.get("gpu")}),
         "config": config,
         "capture": {k: (redact_command(v, secrets) if k == "nsys_args" else v) for k, v in options.items()},
-        "nsys": dict(nsys),
+        "nsys": dict(nsys) if nsys is not None else None,
         "versions": versions,
         "memory": memory,
         "files": sorted(str(p.relative_to(run_dir)) for p in files),

@@ -13,6 +13,8 @@
   ``host-linux-x64/QdstrmImporter`` at the end; where that is missing (Debian's package without the
   link scripts/install_nsys.sh makes) nsys exits 0 and leaves only a ``.qdstrm``, which nothing reads.
   (``nsys status -e`` is not asked: it judges CPU sampling, which capture turns off.)
+* With the PyTorch profiler instead of nsys: the training Python imports ``torch`` with a Kineto
+  profiler (``torch.profiler.kineto_available()``) and perfdoctor's hook module; else exit 2.
 """
 
 from __future__ import annotations
@@ -32,6 +34,9 @@ CAPTURE_EXTRA_HINT = "pip install 'perfdoctor[capture]' (or nvtx==0.2.11) in the
 _PROBE = ("import sys; sys.path.append({root!r})\n"
           "from perfdoctor.capture.hook.nvtx_emit import make_emitter\n"
           "print('perfdoctor-nvtx-backend', make_emitter(lambda line: None).backend)\n")
+_TORCH_PROBE = ("import sys; sys.path.append({root!r})\n"
+                "import perfdoctor.capture.hook.torch_profiler, torch.profiler\n"
+                "print('perfdoctor-torch-profiler', torch.profiler.kineto_available() and 'kineto' or 'none')\n")
 
 
 class CommandNotFound(PerfdoctorError):
@@ -91,19 +96,40 @@ def check_labels(launch: launch_command.Launch, env: Mapping[str, str], package_
     if python is None:
         return (f"cannot tell which Python runs `{launch.program[0]}`: whether it can emit NVTX labels was not "
                 f"checked ({CAPTURE_EXTRA_HINT})")
-    try:
-        proc = subprocess.run([python, "-c", _PROBE.format(root=str(package_root))], env=dict(env),
-                              capture_output=True, text=True, timeout=CHECK_TIMEOUT_S, stdin=subprocess.DEVNULL,
-                              start_new_session=True)  # a terminal's Ctrl-C is for perfdoctor to handle
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise InputError(f"{python}: cannot run the training Python to check NVTX ({exc})") from None
-    backend = next((line.split()[1] for line in proc.stdout.splitlines()
-                    if line.startswith("perfdoctor-nvtx-backend ") and len(line.split()) == 2), None)
-    if backend is None:
-        tail = redact_text((proc.stderr.strip().splitlines() or ["no output"])[-1])
-        raise InputError(f"{python}: perfdoctor's capture hook cannot run in the training Python ({tail}); "
-                         f"nothing was started")
+    backend = _probe(python, _PROBE, "perfdoctor-nvtx-backend", "NVTX", env, package_root)
     if backend == "none":
         raise InputError(f"{python} cannot emit NVTX labels (no `nvtx` module, no NVTX C library): "
                          f"{CAPTURE_EXTRA_HINT}; nothing was started")
     return f"NVTX labels from {python} via {backend}"
+
+
+def check_torch_profiler(launch: launch_command.Launch, env: Mapping[str, str], package_root: Path) -> str:
+    """A note saying which Python will profile itself with torch.profiler (or that it cannot be known);
+    InputError when that Python has no torch, or a torch without the Kineto profiler."""
+    python = training_python(launch)
+    if python is None:
+        return (f"cannot tell which Python runs `{launch.program[0]}`: whether it has torch.profiler was not "
+                "checked")
+    answer = _probe(python, _TORCH_PROBE, "perfdoctor-torch-profiler", "torch.profiler", env, package_root)
+    if answer != "kineto":
+        raise InputError(f"{python}: this torch has no Kineto profiler (torch.profiler.kineto_available() is False); "
+                         "nothing was started")
+    return f"PyTorch profiler (Kineto) in {python}"
+
+
+def _probe(python: str, program: str, tag: str, what: str, env: Mapping[str, str], package_root: Path) -> str:
+    """Run ``program`` in the training Python with the training environment; the word it prints after
+    ``tag``. InputError when it cannot run or prints no answer (the last line of its stderr says why)."""
+    try:
+        proc = subprocess.run([python, "-c", program.format(root=str(package_root))], env=dict(env),
+                              capture_output=True, text=True, timeout=CHECK_TIMEOUT_S, stdin=subprocess.DEVNULL,
+                              start_new_session=True)  # a terminal's Ctrl-C is for perfdoctor to handle
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise InputError(f"{python}: cannot run the training Python to check {what} ({exc})") from None
+    answer = next((line.split()[1] for line in proc.stdout.splitlines()
+                   if line.startswith(f"{tag} ") and len(line.split()) == 2), None)
+    if answer is None:
+        tail = redact_text((proc.stderr.strip().splitlines() or ["no output"])[-1])
+        raise InputError(f"{python}: perfdoctor's capture hook cannot run in the training Python ({tail}); "
+                         f"nothing was started")
+    return answer

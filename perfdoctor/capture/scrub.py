@@ -17,11 +17,18 @@ table is passed through the same redaction; values known to be secret (taken fro
 environment and command) are also replaced wherever they occur, blobs included. The result is written
 with ``VACUUM INTO``, a fresh file without the free pages that would still hold the old strings.
 
+PyTorch profiler (Kineto) traces written by the hook under ``--profiler torch`` get the same redaction
+on every JSON string, keys included (:func:`scrub_kineto`): Kineto records the process name, thread
+names, op and ``record_function`` names and, depending on options, argument values; none of them is
+expected to hold a secret, but none is trusted not to.
+
 Standard library only: this runs on GPU nodes (DESIGN §1).
 """
 
 from __future__ import annotations
 
+import gzip
+import json
 import os
 import re
 import sqlite3
@@ -135,6 +142,85 @@ def scrub_sqlite(source: Path, target: Path, secrets: Iterable[str] = ()) -> int
         db.close()
     os.replace(partial, target)
     return changed
+
+
+_JSON_STRING = re.compile(rb'"(?:[^"\\\n]|\\.)*"')
+
+
+def scrub_kineto(source: Path, target: Path, secrets: Iterable[str] = ()) -> int:
+    """Redact every JSON string of a (gzipped or plain) Kineto trace into ``target`` (gzipped), written
+    under a hidden name and renamed, so ``target`` never holds a secret. Returns the strings changed.
+
+    Works on the JSON text, string by string, and leaves every other byte as it is: Kineto's output is
+    not always strict JSON (it writes some metadata unescaped), which a decode and re-encode would refuse
+    or rewrite. One scan finds what could be a secret (a marker word, a URL, a known value); only the
+    lines holding such a hit are split into strings (a JSON string never holds a raw newline, so a line
+    starts outside any string), and only the strings holding one are decoded. Memory: the decompressed
+    file, about twice."""
+    literals = sorted({s for s in secrets if len(s) >= MIN_LITERAL}, key=len, reverse=True)
+    with open(source, "rb") as fh:
+        gz = fh.read(2) == b"\x1f\x8b"
+    with (gzip.open(source, "rb") if gz else open(source, "rb")) as fh:
+        data = fh.read()
+    needles = [v.encode() for v in literals]
+    maybe = re.compile(b"|".join([*(m.lower().encode() for m in SECRET_MARKERS), b"://",
+                                  *(re.escape(v) for v in needles)]), re.IGNORECASE)
+    changed = 0
+
+    def redact(match: re.Match[bytes]) -> bytes:
+        nonlocal changed
+        literal = match[0]
+        if maybe.search(literal) is None:
+            return literal
+        try:
+            text = json.loads(literal)
+        except ValueError:  # Kineto's unescaped text: redact it as it stands
+            inner = literal[1:-1].decode("utf-8", "replace")
+            new = redact_text(inner, literals)
+            if new == inner:
+                return literal
+            changed += 1
+            return b'"' + new.replace('"', "'").encode() + b'"'
+        new = redact_text(text, literals)
+        if new == text:
+            return literal
+        changed += 1
+        return json.dumps(new, ensure_ascii=False).encode()
+
+    pieces, done = [], 0
+    for at in _hits(data, needles):
+        if at < done:  # on a line already redacted
+            continue
+        start = data.rfind(b"\n", 0, at) + 1
+        end = data.find(b"\n", at)
+        end = len(data) if end < 0 else end
+        pieces += [data[done:start], _JSON_STRING.sub(redact, data[start:end])]
+        done = end
+    if pieces:
+        data = b"".join([*pieces, data[done:]])
+    partial = target.with_name(f".{target.name}.partial")
+    try:
+        with open(partial, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0) as out:
+            out.write(data)
+    except OSError:
+        partial.unlink(missing_ok=True)
+        raise
+    os.replace(partial, target)
+    return changed
+
+
+def _hits(data: bytes, needles: list[bytes]) -> list[int]:
+    """Sorted positions of every secret marker (any case), ``://`` and known secret value in ``data``:
+    ``bytes.find`` loops, which scan at memory speed where one case-insensitive regex crawls."""
+    lowered = data.lower()
+    found = []
+    for haystack, words in ((lowered, [*(m.lower().encode() for m in SECRET_MARKERS), b"://"]), (data, needles)):
+        for word in words:
+            at = haystack.find(word)
+            while at >= 0:
+                found.append(at)
+                at = haystack.find(word, at + 1)
+    return sorted(found)
 
 
 def _candidates(col: str, literals: list[str]) -> str:

@@ -1,7 +1,10 @@
 """Which parallel group (DP/TP/CP/PP/EP) each communication kernel belongs to.
 
 Sources, strongest first (DESIGN §4): perfdoctor ``comm ... group=<g>`` NVTX ranges projected onto the
-kernels they launched (``label_source`` "nvtx"); then facts of the kernel itself (``heuristic``):
+kernels they launched (``label_source`` "nvtx"; ``capture`` for the same labels recorded as
+``record_function`` ranges by ``perfdoctor capture --profiler torch``, together with the hook's name
+for each process group, which labels the NCCL kernels launched outside those ranges); then facts of
+the kernel itself (``heuristic``):
 Transformer Engine userbuffers kernels exist only for TP comm-GEMM overlap, DeepEP / HybridEP dispatch and
 combine only for expert parallelism; then NCCL's own NVTX
 payloads (``nccl_payload``, nsys 2026.x exports with blobs): the kernels of one communicator are one
@@ -30,7 +33,7 @@ from perfdoctor.model import Timeline
 from perfdoctor.table import Table, factorize
 
 GROUPS = (*CANDIDATES, "other")  # a candidate's index is its group code
-SOURCES = ("nvtx", "nccl_payload", "heuristic", "kineto_pg")
+SOURCES = ("nvtx", "nccl_payload", "heuristic", "kineto_pg", "capture")
 # Megatron's finer groups fold into the report's groups: expert-TP is TP traffic, expert-DP is DP
 # traffic; embedding and model-parallel (grad-norm, loss) reductions are small "other" traffic.
 FOLD = {"etp": "tp", "edp": "dp", "embd": "other", "mp": "other"}
@@ -133,7 +136,9 @@ def label_groups(tl: Timeline, kcls: Table, config: dict[str, Any] | None = None
     comm_idx = np.flatnonzero(category_mask(kcls, "comm"))
     if comm_idx.size:
         _from_nvtx(tl, comm_idx, group)
-        source[group >= 0] = SOURCES.index("nvtx")
+        if tl.trace.capture_groups and "pg_name" in tl.kernels.columns:
+            _from_capture_groups(tl, comm_idx, group)
+        source[group >= 0] = SOURCES.index("capture" if tl.trace.format == "kineto-json" else "nvtx")
         confidence[group >= 0] = CONFIDENCE.index("high")
         named, sure = _from_process_groups(tl, comm_idx, group)
         pg = (named >= 0) & (group < 0)
@@ -259,6 +264,17 @@ def _from_nvtx(tl: Timeline, comm_idx: np.ndarray, group: np.ndarray) -> None:
     which = enclosing_range(c_start, c_end, c_tid, ranges)
     hit = which != NO_RANGE
     group[comm_idx[hit]] = group_of[mine[which[hit]]]
+
+
+def _from_capture_groups(tl: Timeline, comm_idx: np.ndarray, group: np.ndarray) -> None:
+    """Group codes of unlabelled comm kernels whose process group the capture hook named (in place)."""
+    todo = comm_idx[group[comm_idx] < 0]
+    names = np.asarray(tl.kernels.col("pg_name")[todo], dtype=object)
+    codes, uniques = factorize(names)
+    named = np.array([GROUPS.index(_group_of(f"comm group={tl.trace.capture_groups[u]}"))
+                      if isinstance(u, str) and u in tl.trace.capture_groups else UNLABELLED for u in uniques]
+                     + [UNLABELLED], dtype=np.int8)
+    group[todo] = named[codes]
 
 
 def _group_of(text: str) -> str:

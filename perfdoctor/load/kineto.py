@@ -15,6 +15,13 @@ one ``*.json`` (often gzipped) per rank: ``traceEvents`` plus ``deviceProperties
   their ``category`` column says which of the two each was (``OP_CATEGORY``: the host time covered by
   operators, against which time outside any operator — GC, I/O, plain Python — stands out).
 
+Traces written by ``perfdoctor capture --profiler torch`` carry a ``perfdoctor`` metadata object
+(perfdoctor.capture.hook.torch_profiler): there, the ``user_annotation`` ranges named like DESIGN §4
+labels (``step n=``, ``comm op= group=``, ``gc gen=``, ``data``, ``fwd``/``bwd``) are perfdoctor's
+and go to the ``perfdoctor`` domain, as the NVTX ones of an nsys capture do; the ``rank`` and
+``config`` marks are read from the metadata; and a capture without CUDA activity is a host-only
+timeline (``device_id`` None), as a CPU-only nsys export is.
+
 Times: Kineto writes microseconds (``ts``, ``dur``), absolute since the epoch in older versions and
 relative to ``baseTimeNanoseconds`` in newer ones; both become integer nanoseconds, rounded after
 subtracting a per-file base so that float precision is never lost on epoch-sized values.
@@ -29,6 +36,7 @@ whole, which needs memory of the order of the file's size a few times over.
 from __future__ import annotations
 
 import gzip
+import json
 import re
 import zlib
 from collections.abc import Iterator
@@ -57,6 +65,10 @@ MAX_UNSPLIT_BYTES = 64 << 20
 TID_BITS = 24  # the same globalTid layout as nsys exports (load.nsys): pid << 24 | tid
 ID_MASK = (1 << TID_BITS) - 1
 NVTX_PUSH_POP = 59  # ranges land in the NVTX table as push/pop ranges of the default domain
+NVTX_MARK = 34  # the capture's rank and config marks (nsys' event type for marks)
+# perfdoctor's capture labels (DESIGN §4) as record_function ranges: their domain and first words.
+CAPTURE_DOMAIN = "perfdoctor"
+CAPTURE_KINDS = frozenset({"step", "comm", "fwd", "bwd", "gc", "data"})
 RANGE_CATEGORIES = ("cpu_op", "user_annotation")
 # The NVTX ``category`` column of a Kineto range says which it was: an operator the profiler recorded
 # (``cpu_op``: every launch happens inside one) or a user annotation (``record_function``, ``ProfilerStep#N``).
@@ -122,6 +134,7 @@ class _Top(msgspec.Struct):
     deviceProperties: Any = None  # noqa: N815
     distributedInfo: Any = None  # noqa: N815
     baseTimeNanoseconds: Any = None  # noqa: N815
+    perfdoctor: Any = None  # written by perfdoctor's capture hook (see the module docstring)
 
 
 _TOP = msgspec.json.Decoder(_Top, strict=False)
@@ -453,6 +466,7 @@ class _Collector:
     def _range(self, rows: list[_Event]) -> None:
         self._host("range", rows)
         self.cols.add("range.op", [e.cat == "cpu_op" for e in rows], np.int64)
+        self.cols.add("range.annotation", [e.cat == "user_annotation" for e in rows], bool)
 
 
 _KIND = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset",
@@ -513,7 +527,7 @@ def load_kineto(path: str | Path) -> tuple[TraceInfo, list[Timeline]]:
 def _merge_top(*tops: _Top) -> dict[str, Any]:
     meta: dict[str, Any] = {}
     for top in tops:
-        for key in ("schemaVersion", "deviceProperties", "distributedInfo", "baseTimeNanoseconds"):
+        for key in ("schemaVersion", "deviceProperties", "distributedInfo", "baseTimeNanoseconds", "perfdoctor"):
             value = getattr(top, key)
             if value is not None:
                 meta[key] = value
@@ -524,7 +538,8 @@ def _build(c: _Collector, meta: dict[str, Any]) -> tuple[TraceInfo, list[Timelin
     path = c.path
     n_kernels = len(c.cols.get("kernel.ts", np.float64))
     n_copies = len(c.cols.get("memcpy.ts", np.float64)) + len(c.cols.get("memset.ts", np.float64))
-    if not n_kernels and not n_copies:
+    captured = meta.get("perfdoctor") if isinstance(meta.get("perfdoctor"), dict) else None
+    if not n_kernels and not n_copies and captured is None:
         raise InputError(f"{path}: PyTorch profiler trace without GPU events (no kernels, copies or fills): "
                          "profile with activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]")
     dist = meta.get("distributedInfo") if isinstance(meta.get("distributedInfo"), dict) else {}
@@ -550,9 +565,14 @@ def _build(c: _Collector, meta: dict[str, Any]) -> tuple[TraceInfo, list[Timelin
     pids, counts = pids[real], counts[real]
     host_pid = int(pids[np.argmax(counts)]) if pids.size else 0  # the process that launched the most
     gpid = (host_pid & ID_MASK) << TID_BITS
-    # The profiler records no Python garbage collection: device idle time it causes is host time outside ops.
-    warnings: list[str] = ["PyTorch profiler traces do not record Python garbage collection: device idle time "
-                           "caused by GC pauses is counted as host time outside profiled ops (host.outside_ops_ms)"]
+    # The profiler records no Python garbage collection: device idle time it causes is host time outside ops
+    # (perfdoctor's capture hook records it as ``gc`` ranges).
+    warnings: list[str] = [] if captured is not None else [
+        "PyTorch profiler traces do not record Python garbage collection: device idle time caused by GC pauses "
+        "is counted as host time outside profiled ops (host.outside_ops_ms)"]
+    if not n_kernels and not n_copies:
+        warnings.append("no CUDA data in this trace: the PyTorch profiler recorded CPU activity only (no CUDA "
+                        "device in the captured process); only ranges and CPU ops can be summarised")
     if pids.size > 1:
         warnings.append(f"events of {pids.size} host processes; CUDA calls and ranges of pid {host_pid} are used")
 
@@ -570,13 +590,21 @@ def _build(c: _Collector, meta: dict[str, Any]) -> tuple[TraceInfo, list[Timelin
     api = api.sorted_by("start")
 
     ranges, mine = host_table("range")
+    text = np.asarray(strings[c.cols.get("range.name", np.int64)[mine]], dtype=object)
+    domain = np.full(len(ranges), None, dtype=object)
+    op = c.cols.get("range.op", np.int64)[mine] > 0
+    if captured is not None:
+        ours = c.cols.get("range.annotation", bool)[mine] & _is_label(text)
+        domain[ours] = CAPTURE_DOMAIN
+        ranges, text, domain = _with_marks(ranges, text, domain, captured)
+        op = np.concatenate([op, np.zeros(len(ranges) - len(op), dtype=bool)])  # the marks are annotations
     n = len(ranges)
     nvtx = Table({
-        "start": ranges["start"], "end": ranges["end"], "event_type": np.full(n, NVTX_PUSH_POP, dtype=np.int64),
-        "tid": ranges["tid"], "end_tid": np.full(n, -1, dtype=np.int64), "domain": np.full(n, None, dtype=object),
-        "text": np.asarray(strings[c.cols.get("range.name", np.int64)[mine]], dtype=object),
+        "start": ranges["start"], "end": ranges["end"],
+        "event_type": np.where(ranges["end"] < 0, NVTX_MARK, NVTX_PUSH_POP).astype(np.int64),
+        "tid": ranges["tid"], "end_tid": np.full(n, -1, dtype=np.int64), "domain": domain, "text": text,
         "range_id": np.full(n, -1, dtype=np.int64),
-        "category": np.where(c.cols.get("range.op", np.int64)[mine] > 0, OP_CATEGORY, ANNOTATION_CATEGORY),
+        "category": np.where(op, OP_CATEGORY, ANNOTATION_CATEGORY),
         "int_value": np.full(n, -1, dtype=np.int64), "double_value": np.full(n, np.nan),
     }).sorted_by("start")
 
@@ -596,6 +624,9 @@ def _build(c: _Collector, meta: dict[str, Any]) -> tuple[TraceInfo, list[Timelin
     )
     rank, world = _int(dist.get("rank")), _int(dist.get("world_size"))
     info.config = _config_from_groups(dist.get("pg_config"))
+    groups = captured.get("groups") if captured is not None else None
+    if isinstance(groups, dict):
+        info.capture_groups = {str(k): v for k, v in groups.items() if isinstance(v, str)}
     thread_names = {gpid | (tid & ID_MASK): name for (pid, tid), name in c.thread_names.items() if pid == host_pid}
     devices = sorted(set(np.unique(kernels["device_id"]).tolist()) | set(np.unique(memcpy["device_id"]).tolist())
                      | set(np.unique(memset["device_id"]).tolist()))
@@ -606,10 +637,45 @@ def _build(c: _Collector, meta: dict[str, Any]) -> tuple[TraceInfo, list[Timelin
             kernels=_on(kernels, dev), memcpy=_on(memcpy, dev), memset=_on(memset, dev), sync=sync,
             api=api, nvtx=nvtx, thread_names=thread_names, process_name=c.process_names.get(host_pid),
         ))
+    if not devices:  # a CPU-only capture: the process's host activity, as for a CPU-only nsys export
+        timelines.append(Timeline(
+            trace=info, pid=host_pid, global_pid=gpid, device_id=None, kernels=kernels, memcpy=memcpy,
+            memset=memset, sync=sync, api=api, nvtx=nvtx, thread_names=thread_names,
+            process_name=c.process_names.get(host_pid)))
+        info.has_cuda = False
     if rank is not None and len(devices) > 1:
         warnings.append(f"rank {rank} drove {len(devices)} GPUs: ranks are given in file order")
     info.rank, info.world_size = rank, world
     return info, timelines
+
+
+def _is_label(text: np.ndarray) -> np.ndarray:
+    """Which range names are §4 labels (``step n=3``, ``data``); each distinct name judged once."""
+    names, inverse = np.unique(text.astype(str), return_inverse=True) if text.size else (text, text)
+    kinds = np.array([t.partition(" ")[0] in CAPTURE_KINDS and (t == "data" or "=" in t) for t in names], dtype=bool)
+    return kinds[inverse.reshape(-1)] if text.size else np.zeros(0, dtype=bool)
+
+
+def _with_marks(ranges: Table, text: np.ndarray, domain: np.ndarray,
+                captured: dict[str, Any]) -> tuple[Table, np.ndarray, np.ndarray]:
+    """The capture's ``rank`` and ``config`` marks (from the trace's metadata) as mark rows (end −1) at
+    the start of its first label, so that ``load.labels.rank_mark``/``config_mark`` read them as they
+    read the NVTX marks of an nsys capture."""
+    rank = captured.get("rank") if isinstance(captured.get("rank"), dict) else {}
+    config = captured.get("config") if isinstance(captured.get("config"), dict) else {}
+    marks = []
+    if rank and all(_int(v) is not None for v in rank.values()):
+        marks.append("rank " + " ".join(f"{k}={_int(v)}" for k, v in rank.items()))
+    marks.append("config " + json.dumps(config, separators=(",", ":"), sort_keys=True))
+    ours = np.flatnonzero(domain == CAPTURE_DOMAIN)
+    at = int(ranges["start"][ours].min()) if ours.size else (int(ranges["start"].min()) if len(ranges) else 0)
+    tid = int(ranges["tid"][ours[0]]) if ours.size else (int(ranges["tid"][0]) if len(ranges) else 0)
+    k = len(marks)
+    rows = Table({"start": np.full(k, at, dtype=np.int64), "end": np.full(k, -1, dtype=np.int64),
+                  "tid": np.full(k, tid, dtype=np.int64)})
+    both = Table({col: np.concatenate([ranges[col], rows[col]]) for col in ("start", "end", "tid")})
+    return (both, np.concatenate([text, np.array(marks, dtype=object)]),
+            np.concatenate([domain, np.full(k, CAPTURE_DOMAIN, dtype=object)]))
 
 
 def _on(frame: Table, device: int) -> Table:

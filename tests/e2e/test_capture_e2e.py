@@ -75,6 +75,7 @@ def test_exports_hold_the_labels_of_both_ranks(run_dir: Path) -> None:
         assert {("all_reduce", "dp"), ("all_gather", "tp"), ("send_recv", "pp")} <= groups
         assert all(int(f["bytes"]) > 0 and f["size"] == "2" for k, f in kinds if k == "comm")
         assert any(k == "gc" for k, _ in kinds)
+        assert sum(k == "data" for k, _ in kinds) == 3  # one DataLoader fetch per step of the window
     assert ranks == {"0", "1"}
 
 

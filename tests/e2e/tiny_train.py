@@ -5,13 +5,20 @@ usage: torchrun --nproc_per_node 2 tests/e2e/tiny_train.py [STEPS]
 Groups are made the way Megatron makes them (``group_desc``): a data-parallel group that all-reduces
 gradients, a tensor-parallel group that all-gathers activations, and a pipeline group that swaps a
 tensor with ``batch_isend_irecv``. Every other step makes cyclic garbage and collects it, so GC runs
-inside steps. The optimizer is plain ``torch.optim.SGD``.
+inside steps. Batches come from a ``DataLoader``. The optimizer is plain ``torch.optim.SGD``.
+
+With ``TINY_TRAIN_TIMES=FILE`` each rank writes its iteration times to ``FILE.<rank>`` (JSON: one
+``[wall s, process CPU s]`` pair per iteration), which benchmarks/bench_capture_overhead.py compares with
+and without a capture.
 """
 
 from __future__ import annotations
 
 import gc
+import json
+import os
 import sys
+import time
 
 import torch
 import torch.distributed as dist
@@ -28,8 +35,12 @@ def main(steps: int) -> None:
     torch.manual_seed(rank)
     model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 8))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    batches = iter(torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.randn(steps * 32, 64)),
+                                               batch_size=32))
+    times = []
     for step in range(steps):
-        x = torch.randn(32, 64)
+        began, cpu = time.perf_counter(), time.process_time()
+        (x,) = next(batches)
         hidden = model[0](x)
         gathered = [torch.empty_like(hidden) for _ in range(world)]
         dist.all_gather(gathered, hidden.detach(), group=tp)
@@ -52,6 +63,10 @@ def main(steps: int) -> None:
                 a: list = []
                 a.append(a)
             gc.collect()
+        times.append((time.perf_counter() - began, time.process_time() - cpu))
+    if os.environ.get("TINY_TRAIN_TIMES"):
+        with open(f"{os.environ['TINY_TRAIN_TIMES']}.{rank}", "w") as fh:
+            json.dump(times, fh)
     dist.barrier()
     dist.destroy_process_group()
 

@@ -17,10 +17,15 @@ What a rank gets (labels in DESIGN §4 format, domain ``perfdoctor``):
   ``batch_isend_irecv`` (``isend``/``irecv`` stay unwrapped: ``P2POp`` compares them by identity), and
   around the exit of ``_coalescing_manager`` blocks, where NCCL launches coalesced kernels.
 * ``fwd``/``bwd`` per micro-batch when Megatron's schedules run; ``gc gen=`` through ``gc.callbacks``.
+* ``data`` around the training loop's wait for the next batch (a DataLoader iterator's ``__next__``).
 * ``rank`` and ``config`` marks once, inside the capture window.
 * ``cudaProfilerStart``/``Stop`` at the ``--steps`` window unless the training code calls them itself;
   CUDA memory history once the rank has chosen its device, dumped to ``memory/rank<R>.pickle`` at the
   end of the window.
+
+With ``PERFDOCTOR_PROFILER=torch`` (``perfdoctor capture --profiler torch``) there is no nsys: the
+rank runs ``torch.profiler`` over the same window itself, the labels are ``record_function`` ranges of
+the same text and the marks go into the trace's metadata (:mod:`perfdoctor.capture.hook.torch_profiler`).
 
 A process becomes a *rank* when it initialises ``torch.distributed`` or steps an optimizer; the
 torchrun agent, data-loader workers and compile workers do neither and stay untouched. Every
@@ -46,8 +51,9 @@ from types import ModuleType
 from typing import Any
 
 from perfdoctor.capture import snapshot
-from perfdoctor.capture.hook.groups import GroupNamer
+from perfdoctor.capture.hook.groups import GroupNamer, megatron_groups
 from perfdoctor.capture.hook.nvtx_emit import Emitter, make_emitter
+from perfdoctor.capture.hook.torch_profiler import KinetoWindow, RecordFunctionEmitter, final_name, trace_metadata
 
 ENV_RUN_DIR = "PERFDOCTOR_RUN_DIR"
 ENV_STEPS = "PERFDOCTOR_STEPS"
@@ -55,6 +61,7 @@ ENV_RANKS = "PERFDOCTOR_RANKS"
 ENV_MEMORY = "PERFDOCTOR_MEMORY"
 ENV_MAX_ENTRIES = "PERFDOCTOR_MEMORY_MAX_ENTRIES"
 ENV_PROFILER_API = "PERFDOCTOR_PROFILER_API"
+ENV_PROFILER = "PERFDOCTOR_PROFILER"  # nsys (default) | torch
 
 # torch.distributed function → DESIGN §4 op name.
 COLLECTIVES = {
@@ -160,6 +167,9 @@ class Hook:
         self.memory_wanted = env.get(ENV_MEMORY, "1") == "1"
         self.max_entries = int(env.get(ENV_MAX_ENTRIES) or snapshot.DEFAULT_MAX_ENTRIES)
         self.profiler_api = env.get(ENV_PROFILER_API) == "1"
+        self.torch_profiler = env.get(ENV_PROFILER) == "torch"
+        self.kineto: KinetoWindow | None = None
+        self.group_names: dict[str, str] = {}  # c10d name of each labelled process group → §4 group
         self.torch: Any = None
         self.emitter: Emitter = Emitter()
         self.namer = GroupNamer()
@@ -179,7 +189,8 @@ class Hook:
         self._marks_done = False
         self._config_done = False
         self._window_done = False
-        self.profiler = {"by": None, "started": False, "stopped": False}
+        self.profiler: dict[str, Any] = {"by": None, "started": False, "stopped": False,
+                                         "kind": "torch" if self.torch_profiler else "nsys"}
         self.memory: dict[str, Any] = {"status": "not started"}
         self._cudart: Callable[[], Any] | None = None
         self._gc_handles: list[Any] = []
@@ -229,6 +240,7 @@ class Hook:
 
         register_optimizer_step_post_hook(self._guarded("step hook", self.on_optimizer_step))
         self._patch_cuda(torch)
+        self._patch_data_loader(torch)
 
     def _patch_collectives(self, dist: ModuleType, c10d: ModuleType) -> None:
         for name, op in COLLECTIVES.items():
@@ -301,6 +313,28 @@ class Hook:
         if profiler is not None and getattr(profiler, "cudart", None) is original_cudart:
             profiler.cudart = cudart
 
+    def _patch_data_loader(self, torch: ModuleType) -> None:
+        """``data`` around every DataLoader iterator's ``__next__`` (the subclasses inherit it)."""
+        from torch.utils.data import dataloader
+
+        base = dataloader._BaseDataLoaderIter
+        original = base.__next__
+        if getattr(original, "__perfdoctor__", False):
+            return
+
+        @functools.wraps(original)
+        def __next__(iterator: Any) -> Any:  # noqa: N807 (the method it replaces)
+            if not self.labelling:
+                return original(iterator)
+            self.emitter.push("data")
+            try:
+                return original(iterator)
+            finally:
+                self.emitter.pop()
+
+        __next__.__perfdoctor__ = True  # type: ignore[attr-defined]
+        base.__next__ = __next__
+
     def on_megatron_schedules(self, schedules: ModuleType) -> None:
         for name, kind in (("forward_step", "fwd"), ("backward_step", "bwd")):
             original = getattr(schedules, name, None)
@@ -322,13 +356,18 @@ class Hook:
             self.selected = self.ranks is None or self.rank in self.ranks
             if not self.selected:
                 return
-            self.emitter = make_emitter(self.warn)
+            if self.torch_profiler:
+                self.emitter = RecordFunctionEmitter(self.torch.autograd.profiler.record_function)
+            else:
+                self.emitter = make_emitter(self.warn)
             self.start_memory(why)
             if self.window is None or self.window[0] == 0:
                 self._open_window()
             self.write_rank_file()
 
     def _open_window(self) -> None:
+        if self.torch_profiler:
+            self._guarded("torch.profiler start", self._start_kineto)()
         self.labelling = True
         if self.profiler_api and self.profiler["by"] is None:
             self._cudart_call("cudaProfilerStart")
@@ -343,11 +382,46 @@ class Hook:
             return
         self._window_done = True
         self.labelling = False
-        if self.profiler["by"] == "perfdoctor" and self.profiler["started"]:
+        if self.profiler_api and self.profiler["by"] == "perfdoctor" and self.profiler["started"]:
             self._cudart_call("cudaProfilerStop")
             self.profiler["stopped"] = True
+        self._guarded("torch.profiler export", self._stop_kineto)()
         self.dump_memory()
         self.write_rank_file()
+
+    def _start_kineto(self) -> None:
+        if self.kineto is not None:
+            return
+        if getattr(self.torch.autograd.profiler, "_is_profiler_enabled", False):  # one profiler per process
+            self.profiler["by"] = "training code"
+            self.warn("the training code runs its own PyTorch profiler: perfdoctor's is not started and this rank "
+                      "writes no trace (turn the training's profiler off)")
+            return
+        self.kineto = KinetoWindow(self.torch, self.run_dir, self.rank)
+        self.kineto.start()
+        self.profiler.update(by="perfdoctor", started=True, activities=self.kineto.activities)
+        if not self.kineto.cuda:
+            self.profiler["note"] = "no CUDA in this process: CPU activity only"
+
+    def _stop_kineto(self) -> None:
+        """Stop the rank's torch.profiler and export its trace (with the marks and group names)."""
+        window = self.kineto
+        if window is None or not window.running:
+            return
+        emitter = self.emitter
+        marks = emitter.marks if isinstance(emitter, RecordFunctionEmitter) else []
+        self._guarded("group names", self._name_known_groups)()
+        path = window.stop_and_export(trace_metadata(marks, self.group_names, self.rank, window.activities))
+        self.profiler.update(stopped=True, trace=final_name(path.name), at_step=self.steps_done)
+
+    def _name_known_groups(self) -> None:
+        """Names for the groups whose collectives may never pass through Python (DDP's C++ reducer on the
+        world group, Megatron's groups used by other libraries), so their NCCL kernels are labelled too."""
+        default = self.namer.default_group
+        for group in [default, *[g for g, _ in megatron_groups()]]:
+            pg_name = getattr(group, "group_name", None)
+            if isinstance(pg_name, str):
+                self.group_names.setdefault(pg_name, self.namer.name(group))
 
     def _cudart_call(self, name: str) -> None:
         try:
@@ -456,6 +530,11 @@ class Hook:
     def _label(self, op: str, group: Any, nbytes: int) -> str:
         name = self.namer.name(group)
         size = self._group_size(group)
+        if self.torch_profiler:
+            pg = group if group is not None else self.namer.default_group
+            pg_name = getattr(pg, "group_name", None)
+            if isinstance(pg_name, str):
+                self.group_names.setdefault(pg_name, name)
         return f"comm op={op} group={name} bytes={nbytes} size={size}"
 
     def _group_size(self, group: Any) -> int:
@@ -631,6 +710,8 @@ class Hook:
             self._step_handle = None
         if self.labelling:
             self._emit_config()
+        self.labelling = False  # nothing is labelled while the profiler stops
+        self._guarded("torch.profiler export", self._stop_kineto)()
         if not self._window_done:
             if self.window is not None and self.steps_done <= self.window[1]:
                 self.memory.setdefault("note", f"the run ended after {self.steps_done} steps, inside the window")
