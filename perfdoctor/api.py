@@ -1,4 +1,4 @@
-"""The pipeline, top to bottom: load → classify → measure → (diagnose) → Report.
+"""The pipeline, top to bottom: load → classify → measure → blame → (diagnose) → Report.
 
 Renderers (``perfdoctor.render``) turn the Report into terminal tables, JSON, HTML or Markdown;
 nothing here formats output.
@@ -11,7 +11,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from perfdoctor import __version__
+from perfdoctor.blame.graph import device_ops, edges
+from perfdoctor.blame.join import join
+from perfdoctor.blame.path import RankPath, rank_path
 from perfdoctor.classify.framework import detect_framework, timeline_fingerprints
 from perfdoctor.classify.groups import GROUPS, label_groups
 from perfdoctor.classify.timeline import copy_classes, kernel_classes
@@ -101,6 +106,12 @@ def analyze(paths: list[Path | str], config: dict[str, Any] | None = None,
     for r, metrics in per_rank.items():
         metrics.update(waits.metrics.get(r, {}))
         metrics["ranks.late_ms"] = waits.late_ms.get(r)
+    pp_theory = theory(run.config)[0] if (run.config.get("pp") or 1) > 1 else None
+    blocking, paths = join({rank.info.rank: rank.blame for rank in ranks if rank.blame is not None},
+                           {rank.info.rank: rank.collectives for rank in ranks if rank.collectives is not None},
+                           waits.instances, pp_theory)
+    for r, metrics in blocking.items():
+        per_rank.setdefault(r, {}).update(metrics)
     metrics_all = across_ranks(per_rank) | across | peer_metrics(waits, per_rank, devices)
     warnings = ([sampled] if sampled else []) + list(run.warnings) + memory_warnings
     if (run.config.get("pp") or 1) > 1 and (missing := theory(run.config)[1]):
@@ -111,7 +122,7 @@ def analyze(paths: list[Path | str], config: dict[str, Any] | None = None,
                         "the whole capture window is treated as one step")
     report = Report(tool_version=__version__, run=run, devices=devices,
                     metrics={"all": metrics_all, "ranks": per_rank}, warnings=warnings, series=series,
-                    excerpts=excerpts)
+                    excerpts=excerpts, path=paths)
     report.findings = diagnose(report, rules)
     return report
 
@@ -135,6 +146,7 @@ class RankResult:
     series: dict[str, list[float]] | None
     excerpt: Any
     collectives: Collectives | None
+    blame: RankPath | None = None
 
 
 @dataclass
@@ -229,6 +241,8 @@ def analyze_timeline(tl: Timeline, config: dict[str, Any], excerpts: bool) -> Ra
         device.evidence["work"] = work
     if gaps is not None:
         result.collectives = collectives(tl, act, steps, groups, by_group, gaps)
+        ops = device_ops(tl, kcls, ccls, groups)
+        result.blame = rank_path(tl, ops, edges(ops, tl.sync), steps, np.flatnonzero(groups.codes >= 0))
     return result
 
 

@@ -242,3 +242,6 @@ class Report:
     # Per device (aligned with ``devices``), the representative step drawn per stream for the HTML
     # timeline (perfdoctor.measure.excerpt.Excerpt, or None); not part of the JSON report.
     excerpts: list[Any] = field(default_factory=list)
+    # Per rank (str keys), the critical path of its representative step (perfdoctor.blame.join): entries
+    # {start_ns, end_ns, rank, cause, what, inferred} in time order on the rank's clock. JSON: ``path``.
+    path: dict[str, list[dict[str, Any]]] = field(default_factory=dict)

@@ -63,6 +63,10 @@ class PeerWaits:
     late_ms: dict[str, float]  # per rank: median per step of the others' wait it caused
     clock_residual_us: float | None
     straggler: Straggler | None
+    # Per rank, its matched instances: ``i`` (index into its Collectives), ``wait`` (ns from its kernel's
+    # start until the last member arrived), ``late`` (that member) and ``late_i`` (the instance's index in
+    # the late member's Collectives) — what the critical path's join needs (perfdoctor.blame.join).
+    instances: dict[int, dict[str, np.ndarray]] = field(default_factory=dict)
 
 
 def match(cols: dict[int, Collectives], exposed_ms: dict[int, dict[str, float | None]],
@@ -81,6 +85,7 @@ def match(cols: dict[int, Collectives], exposed_ms: dict[int, dict[str, float | 
     last = done["a_start"][winner][instances.codes]
     done["wait"] = np.clip(np.minimum(done["a_end"], last) - done["a_start"], 0, None)
     done["late"] = done["rank"][winner][instances.codes]
+    done["late_i"] = done["i"][winner][instances.codes]
 
     metrics: dict[str, dict[str, float | None]] = {str(rank): {} for rank in cols}
     evidence: dict[str, dict[str, Any]] = {}
@@ -111,8 +116,9 @@ def match(cols: dict[int, Collectives], exposed_ms: dict[int, dict[str, float | 
                               if ms > 0},
             "matched": len(ok), "instances": total}
     late = _late_per_rank(done, cols)
+    per_rank = {rank: {k: done[k][done["rank"] == rank] for k in ("i", "wait", "late", "late_i")} for rank in cols}
     return PeerWaits(metrics, evidence, {str(r): v for r, v in late.items()},
-                     None if residual is None else residual / 1e3, _straggler(done, cols, late))
+                     None if residual is None else residual / 1e3, _straggler(done, cols, late), per_rank)
 
 
 def _of_rank(per_rank: dict[int, int], ranks: np.ndarray) -> np.ndarray:
@@ -258,7 +264,7 @@ def _find(keys: np.ndarray, at: np.ndarray) -> np.ndarray:
     return np.where(hit, pos, -1)
 
 
-def _context(c: Collectives, i: np.ndarray) -> np.ndarray:
+def arrival_context(c: Collectives, i: np.ndarray) -> np.ndarray:
     """Per instance (rows), the parts of CAUSE_PARTS (columns) of the interval before the arrival, in ns."""
     return np.column_stack([c.before_compute[i], *(c.before_idle[x][i] for x in CAUSES), c.before_other_comm[i]])
 
@@ -282,7 +288,7 @@ def _straggler(done: dict[str, np.ndarray], cols: dict[int, Collectives], late: 
     by_rank = grouped.groups(done["rank"][late_rows])
     for j, r in enumerate(by_rank.first(done["rank"][late_rows]).tolist()):
         rows = by_rank.rows(j)
-        context[rows] = _context(cols[r], done["i"][late_rows[rows]])
+        context[rows] = arrival_context(cols[r], done["i"][late_rows[rows]])
     by_instance = grouped.groups(done["instance"][late_rows])
     instances = by_instance.first(done["instance"][late_rows])
     median = np.column_stack([by_instance.median(context[:, k]) for k in range(len(CAUSE_PARTS))])
@@ -291,7 +297,7 @@ def _straggler(done: dict[str, np.ndarray], cols: dict[int, Collectives], late: 
     pos = _find(instances, done["instance"][own])  # its own rows of the instances where others waited
     own, pos = own[pos >= 0], pos[pos >= 0]
     i = done["i"][own]
-    excess = (_context(c, i) - median[pos]).sum(axis=0)
+    excess = (arrival_context(c, i) - median[pos]).sum(axis=0)
     # What its CPU did while the others waited (first arrival → its own), on its own clock.
     shift = done["a_start"][own] - c.start[i]
     calls: dict[str, float] = {}

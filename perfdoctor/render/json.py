@@ -56,6 +56,7 @@ def report_dict(report: Report) -> dict[str, Any]:
         "findings": report.findings,
         "warnings": report.warnings,
         "series": report.series,
+        "path": report.path,
     }
 
 

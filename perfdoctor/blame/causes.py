@@ -1,0 +1,96 @@
+"""The causes a step's time is blamed on, and what the host was doing in an interval of the critical path.
+
+Every ns of a step lies on exactly one cause (DESIGN §3). The names are a contract: the JSON report's
+``blocking.<cause>_ms`` metrics use them with the dots after the family turned into underscores
+(``compute.gemm`` → ``blocking.compute_gemm_ms``), and ``path`` entries carry them as written.
+
+Host time on the path (the device waited for the CPU) is split by what the launching thread was doing:
+inside a blocking CUDA call → ``host.sync``; inside a ``gc`` range → ``host.gc``; inside a data-loading
+range → ``host.data``; inside an optimizer range (``Optimizer.step#…``, ``optimizer``) → ``host.optimizer``;
+otherwise ``host.launch`` while the thread kept calling CUDA, and ``host.outside_ops`` across a stretch of
+at least :data:`OUTSIDE_NS` with no CUDA call at all (one long pause is not launch overhead).
+"""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from perfdoctor.load.labels import labelled, matching
+from perfdoctor.measure import intervals as iv
+from perfdoctor.measure.host import DATA_RANGE
+from perfdoctor.model import Timeline
+
+COMPUTE = ("gemm", "attention", "norm", "elementwise", "optimizer", "other")
+TRANSFER = ("dp", "tp", "cp", "ep", "other")  # pipeline-parallel transfer is pipeline.p2p
+HOST = ("launch", "data", "gc", "optimizer", "outside_ops", "sync")
+PIPELINE = ("theory", "imbalance", "p2p", "wait")
+CAUSES: tuple[str, ...] = (*(f"compute.{c}" for c in COMPUTE), *(f"transfer.{g}" for g in TRANSFER),
+                           "wait.rank", "copy", *(f"host.{h}" for h in HOST), *(f"pipeline.{p}" for p in PIPELINE))
+CODE = {c: i for i, c in enumerate(CAUSES)}
+# Kernel taxonomy category → compute cause (norm_persistent is a norm; memset fills are "other" work).
+CATEGORY_CAUSE = {"gemm": "compute.gemm", "attention": "compute.attention", "norm": "compute.norm",
+                  "norm_persistent": "compute.norm", "elementwise": "compute.elementwise",
+                  "optimizer": "compute.optimizer", "memcpy": "copy", "memset": "compute.other",
+                  "other": "compute.other"}
+# A stretch with no CUDA call this long is not launch overhead (a launch costs 5-20 us of CPU, and eager
+# PyTorch issues one every few tens of us): it is host work outside the profiled ops.
+OUTSIDE_NS = 1_000_000
+OPTIMIZER_RANGE = re.compile(r"^(Optimizer\.step#.*|optimizer( .*)?|.*optimizer\.step.*)$", re.IGNORECASE)
+HOST_RANGES = (("host.gc", "gc"), ("host.data", "data"), ("host.optimizer", "optimizer"))
+
+
+def metric_key(cause: str) -> str:
+    """``compute.gemm`` → ``blocking.compute_gemm_ms`` (the JSON metric of a cause)."""
+    return f"blocking.{cause.replace('.', '_')}_ms"
+
+
+class HostRanges:
+    """Per thread, the merged ranges of each host cause and the CUDA API calls, to split host intervals."""
+
+    def __init__(self, tl: Timeline) -> None:
+        self.ranges: dict[str, dict[int, iv.Intervals]] = {}
+        for cause, kind in HOST_RANGES:
+            rows = (labelled(tl.nvtx, "gc") if kind == "gc" else
+                    matching(tl.nvtx, DATA_RANGE if kind == "data" else OPTIMIZER_RANGE))
+            rows = rows.take(rows.col("end") >= 0) if len(rows) else rows
+            self.ranges[cause] = _by_thread(rows.col("start") if len(rows) else np.zeros(0, np.int64),
+                                            rows.col("end") if len(rows) else np.zeros(0, np.int64),
+                                            rows.col("tid") if len(rows) else np.zeros(0, np.int64))
+        api = tl.api
+        self.calls = _by_thread(api.col("start"), api.col("end"), api.col("tid")) if len(api) else {}
+
+    def split(self, lo: int, hi: int, tid: int) -> list[tuple[str, int]]:
+        """ns of [lo, hi) on thread ``tid`` per host cause (not sync: the caller knows its blocking calls);
+        the causes of HOST_RANGES first (in that order of precedence), the rest launch vs outside ops."""
+        left = (np.array([lo], dtype=np.int64), np.array([hi], dtype=np.int64))
+        out = []
+        for cause, _ in HOST_RANGES:
+            mine = self.ranges[cause].get(tid)
+            if mine is None or not mine[0].size:
+                continue
+            inside = iv.intersect(left, mine)
+            if (ns := iv.measure(inside)) > 0:
+                out.append((cause, ns))
+                left = iv.subtract(left, inside)
+        rest = iv.measure(left)
+        if rest <= 0:
+            return out
+        calls = self.calls.get(tid)
+        quiet = iv.complement(calls, lo, hi) if calls is not None else left
+        long_quiet = (quiet[0][quiet[1] - quiet[0] >= OUTSIDE_NS], quiet[1][quiet[1] - quiet[0] >= OUTSIDE_NS])
+        outside = iv.measure(iv.intersect(left, long_quiet))
+        if outside:
+            out.append(("host.outside_ops", outside))
+        if rest - outside:
+            out.append(("host.launch", rest - outside))
+        return out
+
+
+def _by_thread(start: np.ndarray, end: np.ndarray, tid: np.ndarray) -> dict[int, iv.Intervals]:
+    out = {}
+    for thread in np.unique(tid).tolist():
+        sel = tid == thread
+        out[int(thread)] = iv.union(start[sel], end[sel])
+    return out

@@ -1,0 +1,133 @@
+"""The ranks' critical paths joined at the collective rendezvous (DESIGN §3 "Waiting for a peer").
+
+A collective ends no earlier than its last member arrived plus its transfer: on a rank's path, the part of
+a collective kernel before the last member arrived is ``wait.rank`` (``pipeline.wait`` for a pipeline
+send/receive: waiting for the producing stage), the rest stays the group's transfer. The late member and
+what it did before it arrived (compute, host time by cause, other groups' comm) name the wait. With the
+schedule known (pp, micro-batches), a stage's pipeline wait splits into the schedule's own warm-up and
+cool-down (``pipeline.theory``, at most (p−1)/(v·m+p−1) of the step) and the rest (``pipeline.imbalance``).
+
+Then the per-rank ``blocking.*`` metrics (the representative step's causes, in ms, summing to it) and the
+report's ``path`` (the representative step's segments, adjacent ones of one cause merged, the longest
+:data:`MAX_PATH` kept in time order).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from perfdoctor.blame.causes import CAUSES, CODE, metric_key
+from perfdoctor.blame.path import RankPath
+from perfdoctor.measure.collectives import Collectives
+from perfdoctor.measure.peers import CAUSE_PARTS, arrival_context
+
+NS_PER_MS = 1e6
+MAX_PATH = 64
+WAIT = CODE["wait.rank"]
+P2P, PP_WAIT = CODE["pipeline.p2p"], CODE["pipeline.wait"]
+
+
+def join(paths: dict[int, RankPath], cols: dict[int, Collectives], instances: dict[int, dict[str, np.ndarray]],
+         theory: float | None) -> tuple[dict[str, dict[str, Any]], dict[str, list[dict[str, Any]]]]:
+    """Per rank (str keys) its ``blocking.*`` metrics and its ``path`` entries."""
+    metrics, out_paths = {}, {}
+    for rank, rp in paths.items():
+        by_cause = rp.by_cause.copy()
+        waits = _waits(rank, cols, instances)
+        if waits is not None and rp.comm_step.size:
+            wait_ns, start = waits[0], waits[1]
+            ci = rp.comm_instance
+            known = ci >= 0
+            w = np.where(known, wait_ns[np.maximum(ci, 0)], 0)
+            ks = np.where(known, start[np.maximum(ci, 0)], 0)
+            moved = np.clip(np.minimum(rp.comm_end, ks + w) - np.maximum(rp.comm_start, ks), 0, None)
+            cause = rp.comm_cause
+            np.add.at(by_cause, (rp.comm_step, cause), -moved)
+            np.add.at(by_cause, (rp.comm_step, np.where(cause == P2P, PP_WAIT, WAIT)), moved)
+        if theory is not None:
+            pp_wait = by_cause[:, PP_WAIT].copy()
+            expected = np.minimum(pp_wait, theory * rp.durations)
+            by_cause[:, CODE["pipeline.theory"]] += expected
+            by_cause[:, CODE["pipeline.imbalance"]] += pp_wait - expected
+            by_cause[:, PP_WAIT] = 0
+        metrics[str(rank)] = _metrics(by_cause, rp)
+        out_paths[str(rank)] = _entries(rank, rp, cols, instances, waits, theory is not None)
+    return metrics, out_paths
+
+
+def _waits(rank: int, cols: dict[int, Collectives], instances: dict[int, dict[str, np.ndarray]]
+           ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """Per collective instance of ``rank`` (index into its Collectives): the wait for the last member in
+    ns (0 when unmatched or it arrived last), its kernel start, the late rank and its own instance index."""
+    c, mine = cols.get(rank), instances.get(rank)
+    if c is None or mine is None or not mine["i"].size:
+        return None
+    n = len(c)
+    wait, late, late_i = np.zeros(n, dtype=np.int64), np.full(n, -1), np.full(n, -1)
+    others = mine["late"] != rank
+    i = mine["i"][others]
+    wait[i], late[i], late_i[i] = mine["wait"][others], mine["late"][others], mine["late_i"][others]
+    return wait, c.start, late, late_i
+
+
+def _metrics(by_cause: np.ndarray, rp: RankPath) -> dict[str, Any]:
+    """The representative step's causes in ms (every cause present, 0 when not on the path), and the
+    residual: the median step time minus their sum."""
+    if not len(rp.durations):
+        return {}
+    row = by_cause[rp.representative]
+    out: dict[str, Any] = {metric_key(c): round(float(row[j]) / NS_PER_MS, 6) for j, c in enumerate(CAUSES)}
+    out["blocking.residual_ms"] = round((float(np.median(rp.durations)) - float(row.sum())) / NS_PER_MS, 6)
+    return out
+
+
+def _entries(rank: int, rp: RankPath, cols: dict[int, Collectives], instances: dict[int, dict[str, np.ndarray]],
+             waits: tuple | None, split_theory: bool) -> list[dict[str, Any]]:
+    """The representative step's path as report entries (see the module docstring)."""
+    p = rp.path
+    raw: list[dict[str, Any]] = []
+    for s, e, cause, what, inferred, ci in zip(p.get("start", []), p.get("end", []), p.get("cause", []),
+                                               p.get("what", []), p.get("inferred", []), p.get("instance", [])):
+        entry = {"start_ns": int(s), "end_ns": int(e), "rank": rank, "cause": cause, "what": what,
+                 "inferred": bool(inferred)}
+        w = int(waits[0][ci]) if waits is not None and ci >= 0 and CODE[cause] in (P2P,) + _TRANSFER else 0
+        if w > 0:
+            ks = int(waits[1][ci])
+            cut = min(max(ks + w, s), e)
+            late, late_i = int(waits[2][ci]), int(waits[3][ci])
+            waited = "pipeline.wait" if cause == "pipeline.p2p" else "wait.rank"
+            if cut > s:
+                raw.append(entry | {"end_ns": cut, "cause": waited,
+                                    "what": f"rank {late}: {_doing(cols.get(late), late_i)}"})
+            if e > cut:
+                raw.append(entry | {"start_ns": cut})
+            continue
+        raw.append(entry)
+    merged: list[dict[str, Any]] = []
+    for entry in raw:
+        last = merged[-1] if merged else None
+        if last is not None and last["cause"] == entry["cause"] and last["end_ns"] == entry["start_ns"]:
+            keep_what = (last["end_ns"] - last["start_ns"]) >= (entry["end_ns"] - entry["start_ns"])
+            last.update(end_ns=entry["end_ns"], inferred=last["inferred"] or entry["inferred"],
+                        what=last["what"] if keep_what else entry["what"])
+        else:
+            merged.append(dict(entry))
+    if len(merged) > MAX_PATH:
+        longest = sorted(range(len(merged)), key=lambda j: merged[j]["start_ns"] - merged[j]["end_ns"])[:MAX_PATH]
+        merged = [merged[j] for j in sorted(longest)]
+    return merged
+
+
+_TRANSFER = tuple(CODE[c] for c in CAUSES if c.startswith("transfer."))
+
+
+def _doing(c: Collectives | None, i: int) -> str:
+    """What a late member did before it arrived: the largest part of CAUSE_PARTS."""
+    if c is None or i < 0:
+        return "arrived last"
+    parts = arrival_context(c, np.array([i]))[0]
+    part = CAUSE_PARTS[int(np.argmax(parts))]
+    names = {"compute": "GPU compute", "other_comm": "communication of other groups"}
+    return f"{names.get(part, part.replace('host.', 'host: '))} before it arrived"

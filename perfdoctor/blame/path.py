@@ -1,0 +1,256 @@
+"""The critical path of each step of one rank, walked back from the step's end (DESIGN §3).
+
+From the op that ends the step last, each op's time is blamed on its cause, then the walk follows the
+op's binding edge (:mod:`perfdoctor.blame.graph`):
+
+- a device edge (stream order, event): to the op it waited for; the few us between that op's end and
+  this one's start are this op's start latency, blamed with it; a longer gap that no recorded or inferred
+  edge explains is left unattributed (the residual);
+- a launch edge: the host was late. The launch call's own time until the op started is ``host.launch``;
+  then the walk continues on the launching thread back in time: its time is blamed on what it was doing
+  (:class:`perfdoctor.blame.causes.HostRanges`) back to the end of its last blocking call (synchronize,
+  blocking copy, ``.item()``). That call returned when the device drained: the wait from the end of the
+  last op that had ended to the return is ``host.sync``, and the walk goes on from that op.
+
+The segments cover the step exactly once, back to back, so the causes plus the residual add up to the
+step. Steps are walked one at a time (a Python loop over the ops on the path, on plain lists); the graph
+itself is built once per rank with numpy. Collective ops are blamed on their group's transfer here; the
+cross-rank join splits off the part spent waiting for a late peer (:mod:`perfdoctor.blame.join`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from perfdoctor.blame.causes import CAUSES, CODE, HostRanges
+from perfdoctor.blame.graph import LAUNCH, NONE, Edges, Ops
+from perfdoctor.measure import intervals as iv
+from perfdoctor.measure.host import BLOCKING_API
+from perfdoctor.measure.steps import Steps
+from perfdoctor.model import Timeline
+
+# A device op starts this long after the op it waited for at most (the device's own latency); a longer
+# gap with no edge that explains it is not blamed on anything.
+START_LATENCY_NS = 20_000
+HOST = -1  # ``what`` of host segments
+COMM = tuple(CODE[c] for c in CAUSES if c.startswith("transfer.") or c == "pipeline.p2p")
+
+
+@dataclass
+class Segments:
+    """Segments of one step's path, latest first: [start, end) blamed on ``cause``; ``op`` the device op
+    (index into the Ops) or HOST; ``inferred`` when the edge into the segment was inferred."""
+
+    start: list[int] = field(default_factory=list)
+    end: list[int] = field(default_factory=list)
+    cause: list[int] = field(default_factory=list)
+    op: list[int] = field(default_factory=list)
+    inferred: list[bool] = field(default_factory=list)
+
+    def add(self, start: int, end: int, cause: int, op: int = HOST, inferred: bool = False) -> None:
+        if end > start:
+            self.start.append(start)
+            self.end.append(end)
+            self.cause.append(cause)
+            self.op.append(op)
+            self.inferred.append(inferred)
+
+
+@dataclass
+class RankPath:
+    """One rank's blame: per step (rows, aligned with its steps) ns per cause (columns: CAUSES) and the
+    unattributed rest; the comm segments on the paths (for the cross-rank join); the representative
+    step's segments (in time order) for the report's ``path``."""
+
+    by_cause: np.ndarray  # float64 [steps, causes]
+    residual: np.ndarray  # float64 [steps]
+    durations: np.ndarray  # int64 [steps]
+    comm_step: np.ndarray  # per comm segment: step, collective instance (−1: none), start, end, cause
+    comm_instance: np.ndarray
+    comm_start: np.ndarray
+    comm_end: np.ndarray
+    comm_cause: np.ndarray
+    representative: int
+    path: dict[str, list] = field(default_factory=dict)  # start, end, cause (name), what, inferred, op
+
+
+class _Walker:
+    """The per-rank state of the walk: the graph as plain lists, the host's blocking calls per thread."""
+
+    def __init__(self, tl: Timeline, ops: Ops, edges: Edges) -> None:
+        self.start, self.end = ops.start.tolist(), ops.end.tolist()
+        self.cause, self.tid = ops.cause.tolist(), ops.tid.tolist()
+        self.bind = edges.bind.tolist()
+        self.kind, self.src = edges.kind.tolist(), edges.src.tolist()
+        self.ready, self.inferred = edges.ready.tolist(), edges.inferred.tolist()
+        self.by_end = np.argsort(ops.end, kind="stable")
+        self.ends = ops.end[self.by_end]
+        self.host = HostRanges(tl)
+        self.blocking = _blocking(tl)
+        known = ops.tid[ops.tid >= 0]
+        values, counts = np.unique(known, return_counts=True)
+        self.main_tid = int(values[np.argmax(counts)]) if values.size else -1
+
+    def last_ended(self, t: int) -> int:
+        """The op that ended last at or before ``t`` (NONE if none)."""
+        j = int(np.searchsorted(self.ends, t, side="right")) - 1
+        return int(self.by_end[j]) if j >= 0 else NONE
+
+    def step(self, lo: int, hi: int, first: int, stop: int) -> tuple[Segments, int]:
+        """Walk [lo, hi) back from its end; ``first:stop`` are the ops that start inside it. Returns the
+        segments and the ns left unattributed."""
+        seg = Segments()
+        residual = 0
+        if stop > first:
+            clipped = np.minimum(np.asarray(self.end[first:stop]), hi)
+            n = first + int(np.argmax(clipped))
+            t = int(clipped[n - first])
+        else:
+            n, t = NONE, lo
+        if t < hi:  # the device had finished: the step's end is on the host
+            found = self._host(seg, hi, self.main_tid, lo)
+            if found is None:
+                return seg, 0
+            n, t = found
+            if n == NONE:
+                return seg, 0
+        for _ in range(len(self.start) + 1):  # each turn moves to an op that ended no later: no cycles
+            if n == NONE:
+                break
+            s = self.start[n]
+            seg.add(max(s, lo), t, self.cause[n], n)
+            if s <= lo:
+                break
+            b = self.bind[n]
+            if b == NONE:
+                residual += s - lo
+                break
+            r = self.ready[b]
+            if self.kind[b] == LAUNCH:
+                seg.add(max(r, lo), s, CODE["host.launch"], n)
+                if r <= lo:
+                    break
+                found = self._host(seg, r, self.tid[n], lo)
+                if found is None:
+                    break
+                n, t = found
+                continue
+            p = self.src[b]
+            r = min(r, s)
+            if s - r > START_LATENCY_NS:
+                residual += s - max(r, lo)
+            else:
+                seg.add(max(r, lo), s, self.cause[n], n, self.inferred[b])
+            if r <= lo:
+                break
+            n, t = p, r
+        return seg, residual
+
+    def _host(self, seg: Segments, t: int, tid: int, lo: int) -> tuple[int, int] | None:
+        """Walk the host thread back from ``t``: its work (by cause) back to its last blocking call, whose
+        return the device's drain bound. Returns the op the walk continues from and its end, or None when
+        the host reached the step's start."""
+        calls = self.blocking.get(tid)
+        while t > lo:
+            j = int(np.searchsorted(calls[0], t, side="left")) - 1 if calls is not None else -1
+            if j < 0 or calls[1][j] <= lo:
+                self._host_work(seg, lo, t, tid)
+                return None
+            c0, c1 = int(calls[0][j]), min(int(calls[1][j]), t)
+            self._host_work(seg, c1, t, tid)
+            q = self.last_ended(c1)
+            if q != NONE and self.end[q] > max(c0, lo):
+                seg.add(self.end[q], c1, CODE["host.sync"])
+                return q, self.end[q]
+            seg.add(max(c0, lo), c1, CODE["host.sync"])
+            t = c0
+        return None
+
+    def _host_work(self, seg: Segments, a: int, b: int, tid: int) -> None:
+        """[a, b) of host work, split by cause; the pieces are laid back to back (their order inside the
+        interval is not a dependency, only their sum matters)."""
+        t = b
+        for cause, ns in self.host.split(a, b, tid):
+            seg.add(t - ns, t, CODE[cause])
+            t -= ns
+
+
+def _blocking(tl: Timeline) -> dict[int, iv.Intervals]:
+    """Per thread, the merged intervals of its blocking CUDA calls."""
+    api = tl.api
+    if not len(api):
+        return {}
+    rows = api["name"].where(lambda name: bool(BLOCKING_API.match(str(name))))
+    s, e, tid = api.col("start")[rows], api.col("end")[rows], api.col("tid")[rows]
+    return {int(t): iv.union(s[tid == t], e[tid == t]) for t in np.unique(tid).tolist()}
+
+
+def rank_path(tl: Timeline, ops: Ops, edges: Edges, steps: Steps, instances: np.ndarray) -> RankPath:
+    """Every step of one rank walked back (see the module docstring). ``instances``: the kernel rows of the
+    rank's collective instances in order (perfdoctor.measure.collectives), so the join can find the peers'
+    arrivals of each comm segment."""
+    walker = _Walker(tl, ops, edges)
+    n = len(steps)
+    by_cause = np.zeros((n, len(CAUSES)))
+    residual = np.zeros(n)
+    comm: list[list[int]] = [[], [], [], [], []]
+    durations = steps.durations.astype(np.int64)
+    rep = int(np.argmin(np.abs(durations - np.median(durations)))) if n else 0
+    path: dict[str, list] = {}
+    firsts = np.searchsorted(ops.start, steps.starts, side="left")
+    stops = np.searchsorted(ops.start, steps.ends, side="left")
+    for i, (lo, hi, first, stop) in enumerate(zip(steps.starts.tolist(), steps.ends.tolist(), firsts.tolist(),
+                                                  stops.tolist())):
+        seg, rest = walker.step(lo, hi, first, stop)
+        cause = np.asarray(seg.cause, dtype=np.int64)
+        length = np.asarray(seg.end, dtype=np.int64) - np.asarray(seg.start, dtype=np.int64)
+        by_cause[i] = np.bincount(cause, weights=length, minlength=len(CAUSES))
+        residual[i] = rest
+        on_comm = np.flatnonzero(np.isin(cause, COMM))
+        op = np.asarray(seg.op, dtype=np.int64)
+        comm[0].extend([i] * on_comm.size)
+        comm[1].extend(_instance_of(ops.kernel[op[on_comm]], instances).tolist())
+        comm[2].extend(np.asarray(seg.start)[on_comm].tolist())
+        comm[3].extend(np.asarray(seg.end)[on_comm].tolist())
+        comm[4].extend(cause[on_comm].tolist())
+        if i == rep:
+            path = {"start": seg.start[::-1], "end": seg.end[::-1], "cause": [CAUSES[c] for c in seg.cause[::-1]],
+                    "what": _what(tl, ops, seg.op[::-1], seg.cause[::-1]), "inferred": seg.inferred[::-1],
+                    "instance": _instance_of(ops.kernel[np.asarray(seg.op[::-1], dtype=np.int64)], instances,
+                                             np.asarray(seg.op[::-1]) >= 0).tolist()}
+    arrays = [np.asarray(c, dtype=np.int64) for c in comm]
+    return RankPath(by_cause, residual, durations, *arrays, representative=rep, path=path)
+
+
+def _instance_of(kernel: np.ndarray, instances: np.ndarray, valid: np.ndarray | None = None) -> np.ndarray:
+    """Collective instance index of each kernel row (−1: not an instance, or not a kernel)."""
+    pos = np.minimum(np.searchsorted(instances, kernel), max(instances.size - 1, 0))
+    hit = (kernel >= 0) & (instances.size > 0) & (instances[pos] == kernel) if instances.size else \
+        np.zeros(kernel.size, dtype=bool)
+    if valid is not None:
+        hit &= valid
+    return np.where(hit, pos, -1)
+
+
+def _what(tl: Timeline, ops: Ops, op: list[int], cause: list[int]) -> list[str]:
+    """What each segment of the representative path was: the kernel's name, copy/fill, or the host's
+    activity (only these few are named: names are decoded for the path, never for every op)."""
+    out = []
+    names = tl.kernels["short_name"] if len(tl.kernels) and "short_name" in tl.kernels else None
+    for o, c in zip(op, cause):
+        name = CAUSES[c]
+        if name.startswith("host."):
+            out.append(HOST_WHAT[name])
+        elif o >= 0 and ops.kernel[o] >= 0 and names is not None:
+            out.append(str(names[int(ops.kernel[o])]))
+        else:
+            out.append("copy" if name == "copy" else "device op")
+    return out
+
+
+HOST_WHAT = {"host.launch": "CPU issuing launches (Python and launch overhead)", "host.data": "data loading",
+             "host.gc": "garbage collection", "host.optimizer": "optimizer step on the CPU",
+             "host.outside_ops": "host work outside profiled ops (GC, I/O, Python)",
+             "host.sync": "waiting for the device to drain (synchronize / blocking copy / .item())"}
