@@ -7,8 +7,9 @@ Every ns of a step lies on exactly one cause (DESIGN §3). The names are a contr
 Host time on the path (the device waited for the CPU) is split by what the launching thread was doing:
 inside a blocking CUDA call → ``host.sync``; inside a ``gc`` range → ``host.gc``; inside a data-loading
 range → ``host.data``; inside an optimizer range (``Optimizer.step#…``, ``optimizer``) → ``host.optimizer``;
-otherwise ``host.launch`` while the thread kept calling CUDA, and ``host.outside_ops`` across a stretch of
-at least :data:`OUTSIDE_NS` with no CUDA call at all (one long pause is not launch overhead).
+otherwise ``host.launch`` while the thread kept calling CUDA, and ``host.outside_ops`` across a stretch
+with no CUDA call at all that is much longer than the thread's usual interval between calls
+(:data:`QUIET_FACTOR` times its median, at least :data:`QUIET_MIN_NS`): one long pause is not launch overhead.
 """
 
 from __future__ import annotations
@@ -34,9 +35,11 @@ CATEGORY_CAUSE = {"gemm": "compute.gemm", "attention": "compute.attention", "nor
                   "norm_persistent": "compute.norm", "elementwise": "compute.elementwise",
                   "optimizer": "compute.optimizer", "memcpy": "copy", "memset": "compute.other",
                   "other": "compute.other"}
-# A stretch with no CUDA call this long is not launch overhead (a launch costs 5-20 us of CPU, and eager
-# PyTorch issues one every few tens of us): it is host work outside the profiled ops.
-OUTSIDE_NS = 1_000_000
+# A stretch with no CUDA call this many times the thread's median interval between calls (eager PyTorch
+# issues a launch every few tens of us) is not launch overhead but host work outside the profiled ops;
+# never shorter than QUIET_MIN_NS (a few launches' worth of Python).
+QUIET_FACTOR = 10
+QUIET_MIN_NS = 100_000
 OPTIMIZER_RANGE = re.compile(r"^(Optimizer\.step#.*|optimizer( .*)?|.*optimizer\.step.*)$", re.IGNORECASE)
 HOST_RANGES = (("host.gc", "gc"), ("host.data", "data"), ("host.optimizer", "optimizer"))
 
@@ -60,6 +63,8 @@ class HostRanges:
                                             rows.col("tid") if len(rows) else np.zeros(0, np.int64))
         api = tl.api
         self.calls = _by_thread(api.col("start"), api.col("end"), api.col("tid")) if len(api) else {}
+        self.quiet = {tid: max(QUIET_MIN_NS, QUIET_FACTOR * float(np.median(np.diff(c[0])))) if c[0].size > 1
+                      else QUIET_MIN_NS for tid, c in self.calls.items()}
 
     def split(self, lo: int, hi: int, tid: int) -> list[tuple[str, int]]:
         """ns of [lo, hi) on thread ``tid`` per host cause (not sync: the caller knows its blocking calls);
@@ -79,7 +84,8 @@ class HostRanges:
             return out
         calls = self.calls.get(tid)
         quiet = iv.complement(calls, lo, hi) if calls is not None else left
-        long_quiet = (quiet[0][quiet[1] - quiet[0] >= OUTSIDE_NS], quiet[1][quiet[1] - quiet[0] >= OUTSIDE_NS])
+        long = quiet[1] - quiet[0] >= self.quiet.get(tid, QUIET_MIN_NS)
+        long_quiet = (quiet[0][long], quiet[1][long])
         outside = iv.measure(iv.intersect(left, long_quiet))
         if outside:
             out.append(("host.outside_ops", outside))

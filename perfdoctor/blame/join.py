@@ -20,6 +20,7 @@ import numpy as np
 
 from perfdoctor.blame.causes import CAUSES, CODE, metric_key
 from perfdoctor.blame.path import RankPath
+from perfdoctor.classify.groups import GROUPS
 from perfdoctor.measure.collectives import Collectives
 from perfdoctor.measure.peers import CAUSE_PARTS, arrival_context
 
@@ -53,38 +54,51 @@ def join(paths: dict[int, RankPath], cols: dict[int, Collectives], instances: di
             by_cause[:, CODE["pipeline.imbalance"]] += pp_wait - expected
             by_cause[:, PP_WAIT] = 0
         metrics[str(rank)] = _metrics(by_cause, rp)
-        out_paths[str(rank)] = _entries(rank, rp, cols, instances, waits, theory is not None)
+        out_paths[str(rank)] = _entries(rank, rp, cols, waits)
     return metrics, out_paths
 
 
 def _waits(rank: int, cols: dict[int, Collectives], instances: dict[int, dict[str, np.ndarray]]
-           ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+           ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
     """Per collective instance of ``rank`` (index into its Collectives): the wait for the last member in
-    ns (0 when unmatched or it arrived last), its kernel start, the late rank and its own instance index."""
-    c, mine = cols.get(rank), instances.get(rank)
-    if c is None or mine is None or not mine["i"].size:
+    ns (0 when it arrived last), its kernel start, the late rank and its own instance index (−1 when not
+    known), and whether the wait is estimated. A pipeline send/receive that could not be matched with its
+    peer (more than two stages: peers are neighbours, not the group) waited for as long as it lasted beyond
+    the rank's shortest one (a transfer that did not wait); that estimate is marked inferred."""
+    c, mine = cols.get(rank), instances.get(rank, {"i": np.zeros(0, dtype=np.int64)})
+    if c is None or not len(c):
         return None
     n = len(c)
     wait, late, late_i = np.zeros(n, dtype=np.int64), np.full(n, -1), np.full(n, -1)
+    estimated = np.zeros(n, dtype=bool)
+    pp = np.flatnonzero(c.group == GROUPS.index("pp"))
+    if pp.size:
+        duration = c.end[pp] - c.start[pp]
+        wait[pp] = duration - duration.min()
+        estimated[pp] = True
+    matched = mine["i"]
+    wait[matched], estimated[matched] = 0, False
     others = mine["late"] != rank
-    i = mine["i"][others]
+    i = matched[others]
     wait[i], late[i], late_i[i] = mine["wait"][others], mine["late"][others], mine["late_i"][others]
-    return wait, c.start, late, late_i
+    return wait, c.start, late, late_i, estimated
 
 
 def _metrics(by_cause: np.ndarray, rp: RankPath) -> dict[str, Any]:
-    """The representative step's causes in ms (every cause present, 0 when not on the path), and the
-    residual: the median step time minus their sum."""
-    if not len(rp.durations):
+    """The causes of the median step in ms (every cause present, 0 when not on the path): of the middle
+    step by duration, or the mean of the two middle ones, so they add up to ``step.time_ms`` (the median
+    duration) but for the walk's own residual."""
+    n = len(rp.durations)
+    if not n:
         return {}
-    row = by_cause[rp.representative]
+    middle = np.argsort(rp.durations, kind="stable")[(n - 1) // 2: n // 2 + 1]
+    row = by_cause[middle].mean(axis=0)
     out: dict[str, Any] = {metric_key(c): round(float(row[j]) / NS_PER_MS, 6) for j, c in enumerate(CAUSES)}
     out["blocking.residual_ms"] = round((float(np.median(rp.durations)) - float(row.sum())) / NS_PER_MS, 6)
     return out
 
 
-def _entries(rank: int, rp: RankPath, cols: dict[int, Collectives], instances: dict[int, dict[str, np.ndarray]],
-             waits: tuple | None, split_theory: bool) -> list[dict[str, Any]]:
+def _entries(rank: int, rp: RankPath, cols: dict[int, Collectives], waits: tuple | None) -> list[dict[str, Any]]:
     """The representative step's path as report entries (see the module docstring)."""
     p = rp.path
     raw: list[dict[str, Any]] = []
@@ -98,9 +112,10 @@ def _entries(rank: int, rp: RankPath, cols: dict[int, Collectives], instances: d
             cut = min(max(ks + w, s), e)
             late, late_i = int(waits[2][ci]), int(waits[3][ci])
             waited = "pipeline.wait" if cause == "pipeline.p2p" else "wait.rank"
+            who = f"rank {late}: {_doing(cols.get(late), late_i)}" if late >= 0 else "the neighbouring stage"
             if cut > s:
-                raw.append(entry | {"end_ns": cut, "cause": waited,
-                                    "what": f"rank {late}: {_doing(cols.get(late), late_i)}"})
+                raw.append(entry | {"end_ns": cut, "cause": waited, "what": who,
+                                    "inferred": entry["inferred"] or bool(waits[4][ci])})
             if e > cut:
                 raw.append(entry | {"start_ns": cut})
             continue

@@ -197,7 +197,7 @@ def rank_path(tl: Timeline, ops: Ops, edges: Edges, steps: Steps, instances: np.
     residual = np.zeros(n)
     comm: list[list[int]] = [[], [], [], [], []]
     durations = steps.durations.astype(np.int64)
-    rep = int(np.argmin(np.abs(durations - np.median(durations)))) if n else 0
+    rep = int(np.argsort(durations, kind="stable")[(n - 1) // 2]) if n else 0  # the (lower) median step
     path: dict[str, list] = {}
     firsts = np.searchsorted(ops.start, steps.starts, side="left")
     stops = np.searchsorted(ops.start, steps.ends, side="left")
