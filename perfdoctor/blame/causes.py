@@ -66,6 +66,27 @@ class HostRanges:
         self.quiet = {tid: max(QUIET_MIN_NS, QUIET_FACTOR * float(np.median(np.diff(c[0])))) if c[0].size > 1
                       else QUIET_MIN_NS for tid, c in self.calls.items()}
 
+    def handoff(self, lo: int, hi: int, tid: int) -> tuple[int, int, int] | None:
+        """The latest quiet stretch of ``tid`` in [lo, hi) during which another thread called CUDA: (when
+        the stretch ends, that thread, the end of its last call in the stretch), or None."""
+        calls = self.calls.get(tid)
+        if calls is None or len(self.calls) < 2:
+            return None
+        quiet = iv.complement(calls, lo, hi)
+        long = np.flatnonzero(quiet[1] - quiet[0] >= self.quiet.get(tid, QUIET_MIN_NS))
+        for q in long[::-1].tolist():
+            q0, q1 = int(quiet[0][q]), int(quiet[1][q])
+            best, when = -1, q0
+            for other, (s, e) in self.calls.items():
+                if other == tid:
+                    continue
+                j = int(np.searchsorted(e, q1, side="left")) - 1
+                if j >= 0 and e[j] > when and s[j] < q1:
+                    best, when = other, int(e[j])
+            if best != -1 and when < hi:
+                return q1, best, when
+        return None
+
     def split(self, lo: int, hi: int, tid: int) -> list[tuple[str, int]]:
         """ns of [lo, hi) on thread ``tid`` per host cause (not sync: the caller knows its blocking calls);
         the causes of HOST_RANGES first (in that order of precedence), the rest launch vs outside ops."""

@@ -110,7 +110,7 @@ class _Walker:
         else:
             n, t = NONE, lo
         if t < hi:  # the device had finished: the step's end is on the host
-            found = self._host(seg, hi, self.main_tid, lo)
+            found = self._host(seg, hi, self._tail_thread(t, hi, n), lo)
             if found is None:
                 return seg, 0
             n, t = found
@@ -148,13 +148,38 @@ class _Walker:
             n, t = p, r
         return seg, residual
 
+    def _tail_thread(self, t: int, hi: int, last: int) -> int:
+        """The thread that ended the step after the device finished at ``t``: the one whose blocking call
+        returned last in (t, hi] (it waited for the device; PyTorch's autograd thread launches the
+        backward pass but the training loop's thread synchronises), else the last op's launching thread."""
+        best, when = NONE, t
+        for tid, (_, ends) in self.blocking.items():
+            j = int(np.searchsorted(ends, hi, side="right")) - 1
+            if j >= 0 and ends[j] > when:
+                best, when = tid, int(ends[j])
+        if best != NONE:
+            return best
+        return self.tid[last] if last != NONE and self.tid[last] >= 0 else self.main_tid
+
     def _host(self, seg: Segments, t: int, tid: int, lo: int) -> tuple[int, int] | None:
-        """Walk the host thread back from ``t``: its work (by cause) back to its last blocking call, whose
-        return the device's drain bound. Returns the op the walk continues from and its end, or None when
-        the host reached the step's start."""
-        calls = self.blocking.get(tid)
-        while t > lo:
+        """Walk the host back from ``t`` on thread ``tid``: its work (by cause) back to its last blocking
+        call, whose return the device's drain bound. A long quiet stretch of the thread while another
+        thread called CUDA is the thread waiting for that one (the training loop in ``backward()`` while
+        autograd's thread launches): the walk goes on along the other thread from its last call. Returns
+        the op the walk continues from and its end, or None when the host reached the step's start."""
+        for _ in range(len(self.start) + 1):  # every turn moves back in time
+            if t <= lo:
+                return None
+            calls = self.blocking.get(tid)
             j = int(np.searchsorted(calls[0], t, side="left")) - 1 if calls is not None else -1
+            floor = max(min(int(calls[1][j]), t), lo) if j >= 0 else lo
+            handoff = self.host.handoff(floor, t, tid)
+            if handoff is not None:
+                resume, other, other_t = handoff
+                self._host_work(seg, resume, t, tid)
+                seg.add(other_t, resume, CODE["host.launch"])
+                t, tid = other_t, other
+                continue
             if j < 0 or calls[1][j] <= lo:
                 self._host_work(seg, lo, t, tid)
                 return None

@@ -19,8 +19,8 @@ from perfdoctor.synth.kineto_writer import write_kineto
 from perfdoctor.synth.scenario import Scenario, load_scenario, scenario_from_dict
 from perfdoctor.synth.simulate import StageResult, config_mark, simulate
 from perfdoctor.synth.straggler import wait_truth
-from perfdoctor.synth.truth_path import path_truth
 from perfdoctor.synth.truth import rank_truth
+from perfdoctor.synth.truth_path import path_truth
 from perfdoctor.synth.window import cut_window
 from perfdoctor.synth.writer import SCHEMAS, SESSION_UTC_NS, ProcessOut, write_trace
 
