@@ -15,7 +15,8 @@ import numpy as np
 
 from perfdoctor import __version__
 from perfdoctor.blame.graph import device_ops, edges
-from perfdoctor.blame.join import join
+from perfdoctor.blame.join import BLOCKING_KEYS, join
+from perfdoctor.blame.join import across as blocking_across
 from perfdoctor.blame.path import RankPath, rank_path
 from perfdoctor.classify.framework import detect_framework, timeline_fingerprints
 from perfdoctor.classify.groups import GROUPS, label_groups
@@ -110,9 +111,10 @@ def analyze(paths: list[Path | str], config: dict[str, Any] | None = None,
     blocking, paths = join({rank.info.rank: rank.blame for rank in ranks if rank.blame is not None},
                            {rank.info.rank: rank.collectives for rank in ranks if rank.collectives is not None},
                            waits.instances, pp_theory)
-    for r, metrics in blocking.items():
-        per_rank.setdefault(r, {}).update(metrics)
-    metrics_all = across_ranks(per_rank) | across | peer_metrics(waits, per_rank, devices)
+    for r, metrics in per_rank.items():
+        metrics.update(blocking.get(r) or dict.fromkeys(BLOCKING_KEYS))
+    blocking_all = blocking_across(per_rank)
+    metrics_all = across_ranks(per_rank) | across | peer_metrics(waits, per_rank, devices) | blocking_all
     warnings = ([sampled] if sampled else []) + list(run.warnings) + memory_warnings
     if (run.config.get("pp") or 1) > 1 and (missing := theory(run.config)[1]):
         flag = "--" + missing[0].replace("_", "-")

@@ -26,6 +26,7 @@ from perfdoctor.measure.peers import CAUSE_PARTS, arrival_context
 
 NS_PER_MS = 1e6
 MAX_PATH = 64
+BLOCKING_KEYS = (*(metric_key(c) for c in CAUSES), "blocking.residual_ms")
 WAIT = CODE["wait.rank"]
 P2P, PP_WAIT = CODE["pipeline.p2p"], CODE["pipeline.wait"]
 
@@ -56,6 +57,16 @@ def join(paths: dict[int, RankPath], cols: dict[int, Collectives], instances: di
         metrics[str(rank)] = _metrics(by_cause, rp)
         out_paths[str(rank)] = _entries(rank, rp, cols, waits)
     return metrics, out_paths
+
+
+def across(per_rank: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """``all``: the median over ranks of each blocking metric (each its own median: they need not add up;
+    every rank's do)."""
+    out = {}
+    for key in BLOCKING_KEYS:
+        values = [m[key] for m in per_rank.values() if m.get(key) is not None]
+        out[key] = float(np.median(values)) if values else None
+    return out
 
 
 def _waits(rank: int, cols: dict[int, Collectives], instances: dict[int, dict[str, np.ndarray]]
