@@ -49,6 +49,11 @@ def metric_key(cause: str) -> str:
     return f"blocking.{cause.replace('.', '_')}_ms"
 
 
+def whatif_key(cause: str) -> str:
+    """``compute.gemm`` → ``whatif.compute_gemm_ms`` (ms per step saved without the cause: blame/whatif.py)."""
+    return f"whatif.{cause.replace('.', '_')}_ms"
+
+
 class HostRanges:
     """Per thread, the merged ranges of each host cause and the CUDA API calls, to split host intervals."""
 
@@ -65,6 +70,15 @@ class HostRanges:
         self.calls = _by_thread(api.col("start"), api.col("end"), api.col("tid")) if len(api) else {}
         self.quiet = {tid: max(QUIET_MIN_NS, QUIET_FACTOR * float(np.median(np.diff(c[0])))) if c[0].size > 1
                       else QUIET_MIN_NS for tid, c in self.calls.items()}
+
+    def quiet_stretches(self, lo: int, hi: int, tid: int) -> iv.Intervals:
+        """The stretches of [lo, hi) in which thread ``tid`` made no CUDA call for much longer than usual."""
+        calls = self.calls.get(tid)
+        if calls is None:
+            return (np.array([lo], dtype=np.int64), np.array([hi], dtype=np.int64))
+        quiet = iv.complement(calls, lo, hi)
+        long = quiet[1] - quiet[0] >= self.quiet.get(tid, QUIET_MIN_NS)
+        return quiet[0][long], quiet[1][long]
 
     def handoff(self, lo: int, hi: int, tid: int) -> tuple[int, int, int] | None:
         """The latest quiet stretch of ``tid`` in [lo, hi) during which another thread called CUDA: (when
@@ -103,11 +117,7 @@ class HostRanges:
         rest = iv.measure(left)
         if rest <= 0:
             return out
-        calls = self.calls.get(tid)
-        quiet = iv.complement(calls, lo, hi) if calls is not None else left
-        long = quiet[1] - quiet[0] >= self.quiet.get(tid, QUIET_MIN_NS)
-        long_quiet = (quiet[0][long], quiet[1][long])
-        outside = iv.measure(iv.intersect(left, long_quiet))
+        outside = iv.measure(iv.intersect(left, self.quiet_stretches(lo, hi, tid)))
         if outside:
             out.append(("host.outside_ops", outside))
         if rest - outside:

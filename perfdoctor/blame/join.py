@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from perfdoctor.blame.causes import CAUSES, CODE, metric_key
+from perfdoctor.blame.causes import CAUSES, CODE, metric_key, whatif_key
 from perfdoctor.blame.path import RankPath
 from perfdoctor.classify.groups import GROUPS
 from perfdoctor.measure.collectives import Collectives
@@ -26,7 +26,7 @@ from perfdoctor.measure.peers import CAUSE_PARTS, arrival_context
 
 NS_PER_MS = 1e6
 MAX_PATH = 64
-BLOCKING_KEYS = (*(metric_key(c) for c in CAUSES), "blocking.residual_ms")
+BLOCKING_KEYS = (*(metric_key(c) for c in CAUSES), "blocking.residual_ms", *(whatif_key(c) for c in CAUSES))
 WAIT = CODE["wait.rank"]
 P2P, PP_WAIT = CODE["pipeline.p2p"], CODE["pipeline.wait"]
 
@@ -54,7 +54,8 @@ def join(paths: dict[int, RankPath], cols: dict[int, Collectives], instances: di
             by_cause[:, CODE["pipeline.theory"]] += expected
             by_cause[:, CODE["pipeline.imbalance"]] += pp_wait - expected
             by_cause[:, PP_WAIT] = 0
-        metrics[str(rank)] = _metrics(by_cause, rp)
+        blocking = _metrics(by_cause, rp)
+        metrics[str(rank)] = blocking | _savings(by_cause[rp.representative], rp, blocking)
         out_paths[str(rank)] = _entries(rank, rp, cols, waits)
     return metrics, out_paths
 
@@ -106,6 +107,19 @@ def _metrics(by_cause: np.ndarray, rp: RankPath) -> dict[str, Any]:
     row = by_cause[middle].mean(axis=0)
     out: dict[str, Any] = {metric_key(c): round(float(row[j]) / NS_PER_MS, 6) for j, c in enumerate(CAUSES)}
     out["blocking.residual_ms"] = round((float(np.median(rp.durations)) - float(row.sum())) / NS_PER_MS, 6)
+    return out
+
+
+def _savings(row: np.ndarray, rp: RankPath, blocking: dict[str, Any]) -> dict[str, Any]:
+    """``whatif.<cause>_ms``: ms the median step would lose without the cause, from the graph replayed
+    (perfdoctor.blame.whatif), at most the cause's blocking time (in the replayed step and as reported);
+    0 for a cause not on the path."""
+    if not len(rp.durations):
+        return {}
+    out: dict[str, Any] = {}
+    for j, cause in enumerate(CAUSES):
+        saved = min(rp.saving.get(cause, 0), max(float(row[j]), 0.0)) / NS_PER_MS
+        out[whatif_key(cause)] = round(min(saved, blocking[metric_key(cause)]), 6)
     return out
 
 

@@ -26,6 +26,7 @@ import numpy as np
 
 from perfdoctor.blame.causes import CAUSES, CODE, HostRanges
 from perfdoctor.blame.graph import LAUNCH, NONE, Edges, Ops
+from perfdoctor.blame.whatif import Replay
 from perfdoctor.measure import intervals as iv
 from perfdoctor.measure.host import BLOCKING_API
 from perfdoctor.measure.steps import Steps
@@ -74,6 +75,8 @@ class RankPath:
     comm_cause: np.ndarray
     representative: int
     path: dict[str, list] = field(default_factory=dict)  # start, end, cause (name), what, inferred, op
+    # The representative step replayed without each cause on its path (perfdoctor.blame.whatif): ns saved.
+    saving: dict[str, int] = field(default_factory=dict)
 
 
 class _Walker:
@@ -92,6 +95,7 @@ class _Walker:
         known = ops.tid[ops.tid >= 0]
         values, counts = np.unique(known, return_counts=True)
         self.main_tid = int(values[np.argmax(counts)]) if values.size else -1
+        self.tail_tid = self.main_tid  # the thread that ended the last step walked
 
     def last_ended(self, t: int) -> int:
         """The op that ended last at or before ``t`` (NONE if none)."""
@@ -109,8 +113,9 @@ class _Walker:
             t = int(clipped[n - first])
         else:
             n, t = NONE, lo
+        self.tail_tid = self._tail_thread(t, hi, n)
         if t < hi:  # the device had finished: the step's end is on the host
-            found = self._host(seg, hi, self._tail_thread(t, hi, n), lo)
+            found = self._host(seg, hi, self.tail_tid, lo)
             if found is None:
                 return seg, 0
             n, t = found
@@ -224,6 +229,7 @@ def rank_path(tl: Timeline, ops: Ops, edges: Edges, steps: Steps, instances: np.
     durations = steps.durations.astype(np.int64)
     rep = int(np.argsort(durations, kind="stable")[(n - 1) // 2]) if n else 0  # the (lower) median step
     path: dict[str, list] = {}
+    saving: dict[str, int] = {}
     firsts = np.searchsorted(ops.start, steps.starts, side="left")
     stops = np.searchsorted(ops.start, steps.ends, side="left")
     for i, (lo, hi, first, stop) in enumerate(zip(steps.starts.tolist(), steps.ends.tolist(), firsts.tolist(),
@@ -241,12 +247,15 @@ def rank_path(tl: Timeline, ops: Ops, edges: Edges, steps: Steps, instances: np.
         comm[3].extend(np.asarray(seg.end)[on_comm].tolist())
         comm[4].extend(cause[on_comm].tolist())
         if i == rep:
+            replay = Replay(ops, edges, walker, lo, hi, first, stop, walker.tail_tid)
+            saving = {CAUSES[c]: replay.saving(c) for c in np.flatnonzero(by_cause[i] > 0).tolist()
+                      if CAUSES[c] != "host.sync"}
             path = {"start": seg.start[::-1], "end": seg.end[::-1], "cause": [CAUSES[c] for c in seg.cause[::-1]],
                     "what": _what(tl, ops, seg.op[::-1], seg.cause[::-1]), "inferred": seg.inferred[::-1],
                     "instance": _instance_of(ops.kernel[np.asarray(seg.op[::-1], dtype=np.int64)], instances,
                                              np.asarray(seg.op[::-1]) >= 0).tolist()}
     arrays = [np.asarray(c, dtype=np.int64) for c in comm]
-    return RankPath(by_cause, residual, durations, *arrays, representative=rep, path=path)
+    return RankPath(by_cause, residual, durations, *arrays, representative=rep, path=path, saving=saving)
 
 
 def _instance_of(kernel: np.ndarray, instances: np.ndarray, valid: np.ndarray | None = None) -> np.ndarray:
