@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from perfdoctor import __version__
+from perfdoctor.blame.causes import BLOCKING_KEYS
 from perfdoctor.blame.graph import device_ops, edges
-from perfdoctor.blame.join import BLOCKING_KEYS, join
 from perfdoctor.blame.join import across as blocking_across
+from perfdoctor.blame.join import join
 from perfdoctor.blame.path import RankPath, rank_path
 from perfdoctor.classify.framework import detect_framework, timeline_fingerprints
 from perfdoctor.classify.groups import GROUPS, label_groups

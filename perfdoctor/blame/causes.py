@@ -54,6 +54,9 @@ def whatif_key(cause: str) -> str:
     return f"whatif.{cause.replace('.', '_')}_ms"
 
 
+BLOCKING_KEYS = (*(metric_key(c) for c in CAUSES), "blocking.residual_ms", *(whatif_key(c) for c in CAUSES))
+
+
 class HostRanges:
     """Per thread, the merged ranges of each host cause and the CUDA API calls, to split host intervals."""
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from perfdoctor.blame.causes import CAUSES, CODE, metric_key, whatif_key
+from perfdoctor.blame.causes import BLOCKING_KEYS, CAUSES, CODE, metric_key, whatif_key
 from perfdoctor.blame.path import RankPath
 from perfdoctor.classify.groups import GROUPS
 from perfdoctor.measure.collectives import Collectives
@@ -26,7 +26,6 @@ from perfdoctor.measure.peers import CAUSE_PARTS, arrival_context
 
 NS_PER_MS = 1e6
 MAX_PATH = 64
-BLOCKING_KEYS = (*(metric_key(c) for c in CAUSES), "blocking.residual_ms", *(whatif_key(c) for c in CAUSES))
 WAIT = CODE["wait.rank"]
 P2P, PP_WAIT = CODE["pipeline.p2p"], CODE["pipeline.wait"]
 

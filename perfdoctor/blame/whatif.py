@@ -54,11 +54,13 @@ class Replay:
             binding = max(readies, default=start)
             start2 = start if not kinds else self.lo
             for kind, src, ready in zip(kinds, srcs, readies):
-                if kind == LAUNCH:  # the op starts its launch call's time and latency after the call begins
-                    ready2 = ready - self._shift(state, end2, self.tid[n], ready, removed) + (start - ready)
-                else:  # after a device edge only the latency it had when it bound, if it did
-                    ready2 = end2.get(src, self.end[src]) + (start - ready if ready == binding else 0)
-                start2 = max(start2, ready2)
+                if kind == LAUNCH:
+                    ready2 = ready - self._shift(state, end2, self.tid[n], ready, removed)
+                else:
+                    ready2 = end2.get(src, self.end[src])
+                # the latency it had after the edge that bound it (a launch call's own time, the device's
+                # start latency); an edge that did not bind has no known latency
+                start2 = max(start2, ready2 + (start - ready if ready == binding else 0))
             end2[n] = start2 + (0 if self.cause[n] == cause else self.end[n] - start)
         device = (end2[self.last_op] if self.last_op >= 0 else self.lo)
         device_old = min(self.end[self.last_op], self.hi) if self.last_op >= 0 else self.lo
