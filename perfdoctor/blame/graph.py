@@ -65,6 +65,9 @@ class Edges:
     inferred: np.ndarray  # bool
     ready: np.ndarray  # when the edge was satisfied (source end; launch call start)
     bind: np.ndarray  # per op: the index into these columns of its binding edge, −1 when it has none
+    # per op, the sources of its stream and event edges (−1: none): the replay (blame/whatif.py) reads them
+    stream_src: np.ndarray
+    event_src: np.ndarray
 
 
 def device_ops(tl: Timeline, kcls: Table, ccls: Table, groups: GroupLabels) -> Ops:
@@ -145,7 +148,7 @@ def edges(ops: Ops, sync: Table) -> Edges:
     last[:-1] = dst[order[1:]] != dst[order[:-1]]
     bind = np.full(n, NONE)
     bind[dst[order[last]]] = order[last]
-    return Edges(src, dst, kind, inferred, ready, bind)
+    return Edges(src, dst, kind, inferred, ready, bind, prev, np.where(event, other, NONE))
 
 
 def _recorded_waits(ops: Ops, prev: np.ndarray, sync: Table) -> np.ndarray:

@@ -112,12 +112,15 @@ def _metrics(by_cause: np.ndarray, rp: RankPath) -> dict[str, Any]:
 def _savings(row: np.ndarray, rp: RankPath, blocking: dict[str, Any]) -> dict[str, Any]:
     """``whatif.<cause>_ms``: ms the median step would lose without the cause, from the graph replayed
     (perfdoctor.blame.whatif), at most the cause's blocking time (in the replayed step and as reported);
-    0 for a cause not on the path."""
+    0 for a cause not on the path, None for one on less than WHATIF_SHARE of the step (not replayed)."""
     if not len(rp.durations):
         return {}
     out: dict[str, Any] = {}
     for j, cause in enumerate(CAUSES):
-        saved = min(rp.saving.get(cause, 0), max(float(row[j]), 0.0)) / NS_PER_MS
+        if cause not in rp.saving:  # not replayed: nothing to save off the path, else unknown
+            out[whatif_key(cause)] = 0.0 if row[j] <= 0 and not blocking[metric_key(cause)] else None
+            continue
+        saved = min(rp.saving[cause], max(float(row[j]), 0.0)) / NS_PER_MS
         out[whatif_key(cause)] = round(min(saved, blocking[metric_key(cause)]), 6)
     return out
 

@@ -36,6 +36,12 @@ from perfdoctor.model import Timeline
 # gap with no edge that explains it is not blamed on anything.
 START_LATENCY_NS = 20_000
 HOST = -1  # ``what`` of host segments
+# Causes on less of the step than this are not replayed (no rule fires below 1 % of the step; each replay
+# is a pass over the step's ops): their what-if is unknown.
+WHATIF_SHARE = 0.01
+# A replay is a Python pass over the step's ops per cause (~3 us an op): steps with more ops than this are
+# not replayed (their what-ifs are unknown), so a million-kernel window stays a matter of seconds.
+REPLAY_MAX_OPS = 50_000
 COMM = tuple(CODE[c] for c in CAUSES if c.startswith("transfer.") or c == "pipeline.p2p")
 
 
@@ -49,6 +55,16 @@ class Segments:
     cause: list[int] = field(default_factory=list)
     op: list[int] = field(default_factory=list)
     inferred: list[bool] = field(default_factory=list)
+
+    def extend(self, start: np.ndarray, end: np.ndarray, cause: np.ndarray, op: np.ndarray,
+               inferred: np.ndarray) -> None:
+        """Many segments at once (a device chain), latest first; empty ones are left out."""
+        keep = end > start
+        self.start.extend(start[keep].tolist())
+        self.end.extend(end[keep].tolist())
+        self.cause.extend(cause[keep].tolist())
+        self.op.extend(op[keep].tolist())
+        self.inferred.extend(inferred[keep].tolist())
 
     def add(self, start: int, end: int, cause: int, op: int = HOST, inferred: bool = False) -> None:
         if end > start:
@@ -96,6 +112,58 @@ class _Walker:
         values, counts = np.unique(known, return_counts=True)
         self.main_tid = int(values[np.argmax(counts)]) if values.size else -1
         self.tail_tid = self.main_tid  # the thread that ended the last step walked
+        self._chains(ops, edges)
+
+    def _chains(self, ops: Ops, edges: Edges) -> None:
+        """Device chains: per op the op its binding device edge leads to when the op started within
+        START_LATENCY_NS of it (``link``, else NONE), and binary-lifting tables over those links, so a run
+        of device-bound ops is walked with numpy instead of op by op."""
+        n = len(ops)
+        b = np.maximum(edges.bind, 0)
+        has = (edges.bind >= 0) if n else np.zeros(0, dtype=bool)
+        ready = np.minimum(edges.ready[b], ops.start) if n else np.zeros(0, dtype=np.int64)
+        link = has & (edges.kind[b] != LAUNCH) & (ops.start - ready <= START_LATENCY_NS) if n else has
+        self.link = np.where(link, edges.src[b], NONE) if n else np.zeros(0, dtype=np.int64)
+        self.link_ready = ready
+        self.link_inferred = (edges.inferred[b] & link) if n else np.zeros(0, dtype=bool)
+        self.starts = ops.start
+        self.causes = ops.cause
+        up = np.where(self.link >= 0, self.link, np.arange(n)).astype(np.int64)
+        self.lift = [up]
+        while len(self.lift) < 64 and not np.array_equal(self.lift[-1][self.lift[-1]], self.lift[-1]):
+            self.lift.append(self.lift[-1][self.lift[-1]])
+        self.depth = (self.link >= 0).astype(np.int64)  # links from each op to the end of its chain
+        for table in self.lift:
+            self.depth = self.depth + self.depth[table]
+
+    def _chain(self, seg: Segments, n: int, t: int, lo: int) -> tuple[int, int]:
+        """Blame the device chain from op ``n`` (its time up to ``t``) back along its links to the first
+        op with no link or that started at or before ``lo``; returns that op and the end of its segment."""
+        cur = n
+        for j in range(len(self.lift) - 1, -1, -1):  # the furthest op along the links still after lo
+            cand = int(self.lift[j][cur])
+            if cand != cur and self.starts[cand] > lo:
+                cur = cand
+        k = int(self.depth[n] - self.depth[cur]) + (1 if self.link[cur] >= 0 else 0)  # and the op at/before lo
+        ks = np.arange(k + 1)
+        chain = np.full(k + 1, n, dtype=np.int64)
+        for j, table in enumerate(self.lift):
+            if not (k >> j):
+                break
+            step = ((ks >> j) & 1).astype(bool)
+            chain[step] = table[chain[step]]
+        start = self.starts[chain]
+        ready = self.link_ready[chain]  # the end of the next op, as far as this one could see it
+        op_end = np.concatenate(([t], ready[:-1]))
+        starts = np.empty(2 * chain.size - 1, dtype=np.int64)
+        ends = np.empty_like(starts)
+        starts[0::2], ends[0::2] = np.maximum(start, lo), op_end
+        starts[1::2], ends[1::2] = np.maximum(ready[:-1], lo), start[:-1]
+        ops = np.repeat(chain, 2)[:-1]
+        inferred = np.zeros(starts.size, dtype=bool)
+        inferred[1::2] = self.link_inferred[chain[:-1]]
+        seg.extend(starts, ends, self.causes[ops].astype(np.int64), ops, inferred)
+        return int(chain[-1]), int(op_end[-1])
 
     def last_ended(self, t: int) -> int:
         """The op that ended last at or before ``t`` (NONE if none)."""
@@ -124,8 +192,8 @@ class _Walker:
         for _ in range(len(self.start) + 1):  # each turn moves to an op that ended no later: no cycles
             if n == NONE:
                 break
+            n, t = self._chain(seg, n, t, lo)
             s = self.start[n]
-            seg.add(max(s, lo), t, self.cause[n], n)
             if s <= lo:
                 break
             b = self.bind[n]
@@ -142,15 +210,11 @@ class _Walker:
                     break
                 n, t = found
                 continue
-            p = self.src[b]
-            r = min(r, s)
-            if s - r > START_LATENCY_NS:
-                residual += s - max(r, lo)
-            else:
-                seg.add(max(r, lo), s, self.cause[n], n, self.inferred[b])
+            r = min(r, s)  # a device edge with a gap longer than the start latency: not explained
+            residual += s - max(r, lo)
             if r <= lo:
                 break
-            n, t = p, r
+            n, t = self.src[b], r
         return seg, residual
 
     def _tail_thread(self, t: int, hi: int, last: int) -> int:
@@ -247,9 +311,11 @@ def rank_path(tl: Timeline, ops: Ops, edges: Edges, steps: Steps, instances: np.
         comm[3].extend(np.asarray(seg.end)[on_comm].tolist())
         comm[4].extend(cause[on_comm].tolist())
         if i == rep:
-            replay = Replay(ops, edges, walker, lo, hi, first, stop, walker.tail_tid)
-            saving = {CAUSES[c]: replay.saving(c) for c in np.flatnonzero(by_cause[i] > 0).tolist()
-                      if CAUSES[c] != "host.sync"}
+            worth = [c for c in np.flatnonzero(by_cause[i] >= WHATIF_SHARE * (hi - lo)).tolist()
+                     if CAUSES[c] != "host.sync"] if stop - first <= REPLAY_MAX_OPS else []
+            if worth:
+                replay = Replay(ops, edges, walker, lo, hi, first, stop, walker.tail_tid)
+                saving = {CAUSES[c]: replay.saving(c) for c in worth}
             path = {"start": seg.start[::-1], "end": seg.end[::-1], "cause": [CAUSES[c] for c in seg.cause[::-1]],
                     "what": _what(tl, ops, seg.op[::-1], seg.cause[::-1]), "inferred": seg.inferred[::-1],
                     "instance": _instance_of(ops.kernel[np.asarray(seg.op[::-1], dtype=np.int64)], instances,

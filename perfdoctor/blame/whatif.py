@@ -18,76 +18,100 @@ from __future__ import annotations
 import numpy as np
 
 from perfdoctor.blame.causes import CAUSES, CODE, HOST_RANGES
-from perfdoctor.blame.graph import LAUNCH, Edges, Ops
+from perfdoctor.blame.graph import Edges, Ops
 from perfdoctor.measure import intervals as iv
 
 HOST_CAUSES = tuple(CODE[c] for c in CAUSES if c.startswith("host.") and c != "host.sync")
 
 
 class Replay:
-    """One step of one rank, ready to be replayed without each cause in turn."""
+    """One step of one rank, ready to be replayed without each cause in turn (plain lists: the replay is a
+    Python loop over the step's ops, one per cause replayed)."""
 
     def __init__(self, ops: Ops, edges: Edges, walker: object, lo: int, hi: int, first: int, stop: int,
                  tail_tid: int) -> None:
-        self.ops, self.lo, self.hi, self.first, self.stop = ops, lo, hi, first, stop
-        self.walker = walker
-        self.tail_tid = tail_tid
-        order = np.argsort(edges.dst, kind="stable")
-        dst = edges.dst[order]
-        bounds = np.searchsorted(dst, np.arange(first, stop + 1))
-        self.into = [(edges.kind[order[a:b]].tolist(), edges.src[order[a:b]].tolist(),
-                      edges.ready[order[a:b]].tolist()) for a, b in zip(bounds[:-1], bounds[1:])]
+        self.lo, self.hi, self.first, self.stop = lo, hi, first, stop
+        self.walker, self.tail_tid = walker, tail_tid
         self.start, self.end = ops.start.tolist(), ops.end.tolist()
-        self.launch, self.tid, self.cause = ops.launch.tolist(), ops.tid.tolist(), ops.cause.tolist()
+        self.tid, self.cause = ops.tid.tolist(), ops.cause.tolist()
+        mine = slice(first, stop)
+        self.launch = ops.launch[mine].tolist()
+        self.stream_src, self.event_src = edges.stream_src[mine].tolist(), edges.event_src[mine].tolist()
+        bind = edges.bind[mine]
+        self.binding = np.where(bind >= 0, edges.ready[np.maximum(bind, 0)], ops.start[mine]).tolist()
         self.syncs = {tid: [(int(a), int(b)) for a, b in zip(*calls) if lo <= b <= hi]
                       for tid, calls in walker.blocking.items()}
         self.last_op = (max(range(first, stop), key=lambda n: min(self.end[n], hi)) if stop > first else -1)
 
     def saving(self, cause: int) -> int:
         """ns the step would be shorter without ``cause`` (0 when it would not be)."""
-        end2 = {}
+        end2: dict[int, int] = {}
         removed = self._host_removal(cause) if cause in HOST_CAUSES else None
-        state = {tid: [0, 0, 0] for tid in self.syncs}  # per thread: next sync, shift at it, its return
-        for n in range(self.first, self.stop):
-            kinds, srcs, readies = self.into[n - self.first]
-            start = self.start[n]
-            binding = max(readies, default=start)
-            start2 = start if not kinds else self.lo
-            for kind, src, ready in zip(kinds, srcs, readies):
-                if kind == LAUNCH:
-                    ready2 = ready - self._shift(state, end2, self.tid[n], ready, removed)
-                else:
-                    ready2 = end2.get(src, self.end[src])
-                # the latency it had after the edge that bound it (a launch call's own time, the device's
-                # start latency); an edge that did not bind has no known latency
-                start2 = max(start2, ready2 + (start - ready if ready == binding else 0))
+        before = self._removed_before_launch(removed)
+        state = {tid: [0, 0, 0] for tid in self.syncs}
+        for i, n in enumerate(range(self.first, self.stop)):
+            start, binding = self.start[n], self.binding[i]
+            start2 = self.lo
+            launch = self.launch[i]
+            if launch >= 0:
+                shift = self._shift(state, end2, self.tid[n], launch, removed, before[i])
+                start2 = launch - shift + (start - launch if launch == binding else 0)
+            for src in (self.stream_src[i], self.event_src[i]):
+                if src >= 0:
+                    ready = self.end[src]
+                    # the latency it had after the edge that bound it; an edge that did not bind has none known
+                    start2 = max(start2, end2.get(src, ready) + (start - ready if ready == binding else 0))
+            if launch < 0 and self.stream_src[i] < 0 and self.event_src[i] < 0:
+                start2 = start
             end2[n] = start2 + (0 if self.cause[n] == cause else self.end[n] - start)
-        device = (end2[self.last_op] if self.last_op >= 0 else self.lo)
+        device = end2[self.last_op] if self.last_op >= 0 else self.lo
         device_old = min(self.end[self.last_op], self.hi) if self.last_op >= 0 else self.lo
-        host = self.hi - self._shift(state, end2, self.tail_tid, self.hi, removed) if device_old < self.hi else device
+        host = device
+        if device_old < self.hi:
+            host = self.hi - self._shift(state, end2, self.tail_tid, self.hi, removed, None)
         return max(0, self.hi - max(device, host, self.lo + 1))
 
-    def _shift(self, state: dict, end2: dict, tid: int, t: int, removed: dict | None) -> int:
-        """How much earlier the host thread ``tid`` reaches time ``t`` in the replay."""
+    def _shift(self, state: dict, end2: dict, tid: int, t: int, removed: dict | None,
+               removed_to_t: int | None) -> int:
+        """How much earlier the host thread ``tid`` reaches time ``t`` in the replay; ``removed_to_t`` is
+        the removed host time of the thread in [lo, t) when known."""
+        if removed_to_t is None:
+            removed_to_t = self._removed(removed, tid, self.lo, t)
         syncs = self.syncs.get(tid)
         if syncs is None:
-            return self._removed(removed, tid, self.lo, t)
-        st = state[tid]
+            return removed_to_t
+        st = state[tid]  # next sync, the shift after the last one, removed host time up to its return
         while st[0] < len(syncs) and syncs[st[0]][1] <= t:
             c0, c1 = syncs[st[0]]
-            before = st[1] + self._removed(removed, tid, st[2] or self.lo, c0)
+            at_c0 = self._removed(removed, tid, self.lo, c0)
+            early = st[1] + at_c0 - st[2]
             q = self.walker.last_ended(c1)
             if q != -1 and self.end[q] > c0:
-                c1_new = max(c0 - before, end2.get(q, self.end[q]) + (c1 - self.end[q]))
+                c1_new = max(c0 - early, end2.get(q, self.end[q]) + (c1 - self.end[q]))
             else:
-                c1_new = c1 - before
-            st[0], st[1], st[2] = st[0] + 1, max(c1 - c1_new, 0), c1
-        return st[1] + self._removed(removed, tid, st[2] or self.lo, t)
+                c1_new = c1 - early
+            st[0], st[1], st[2] = st[0] + 1, max(c1 - c1_new, 0), self._removed(removed, tid, self.lo, c1)
+        return st[1] + removed_to_t - st[2]
 
     def _removed(self, removed: dict | None, tid: int, a: int, b: int) -> int:
         if removed is None or b <= a or tid not in removed:
             return 0
         return iv.measure(iv.clip(removed[tid], a, b))
+
+    def _removed_before_launch(self, removed: dict | None) -> list[int]:
+        """Per op of the step, the removed host time of its launching thread from the step's start to its
+        launch (one vectorised pass instead of one interval clip per op)."""
+        n = self.stop - self.first
+        if removed is None:
+            return [0] * n
+        launch = np.asarray(self.launch, dtype=np.int64)
+        tid = np.asarray(self.tid[self.first:self.stop], dtype=np.int64)
+        out = np.zeros(n, dtype=np.int64)
+        for thread, spans in removed.items():
+            sel = np.flatnonzero((tid == thread) & (launch > self.lo))
+            if sel.size and spans[0].size:
+                out[sel] = iv.overlap_per_interval(np.full(sel.size, self.lo, dtype=np.int64), launch[sel], spans)
+        return out.tolist()
 
     def _host_removal(self, cause: int) -> dict[int, iv.Intervals]:
         """Per thread, the intervals of host cause ``cause`` in the step (see causes.HostRanges.split)."""
