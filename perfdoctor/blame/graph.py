@@ -135,19 +135,20 @@ def edges(ops: Ops, sync: Table) -> Edges:
     l_ready = np.where(ops.launch >= 0, ops.launch, np.iinfo(np.int64).min)
     event = (other >= 0) & (ops.start - e_ready <= EVENT_EPS_NS) & (e_ready > s_ready) & (e_ready > l_ready)
     recorded = _recorded_waits(ops, prev, sync)
-    src = np.concatenate([np.full(n, NONE), prev, other])
-    dst = np.concatenate([idx, idx, idx])
-    kind = np.repeat(np.array([LAUNCH, STREAM, EVENT], dtype=np.int8), n)
-    ready = np.concatenate([l_ready, s_ready, e_ready])
-    keep = np.concatenate([ops.launch >= 0, prev >= 0, event])
-    inferred = np.concatenate([np.zeros(2 * n, dtype=bool), ~recorded])
-    src, dst, kind, ready, inferred = src[keep], dst[keep], kind[keep], ready[keep], inferred[keep]
-    # Binding edge per op: the latest ready; on a tie the device edge (the later kind) wins.
-    order = np.lexsort((kind, ready, dst))
-    last = np.ones(order.size, dtype=bool)
-    last[:-1] = dst[order[1:]] != dst[order[:-1]]
-    bind = np.full(n, NONE)
-    bind[dst[order[last]]] = order[last]
+    has = (ops.launch >= 0, prev >= 0, event)  # per kind (LAUNCH, STREAM, EVENT): which ops have the edge
+    # Binding edge per op: the latest ready; on a tie the device edge (the later kind) wins. The event
+    # edge exists only where it is later than the others.
+    bind_kind = np.where(event, EVENT, np.where(has[1] & (s_ready >= l_ready), STREAM,
+                                                np.where(has[0], LAUNCH, NONE)))
+    # Edge columns: the kept edges of each kind in turn, ops in order within a kind.
+    keep = np.concatenate(has)
+    position = np.cumsum(keep) - 1
+    bind = np.where(bind_kind >= 0, position[np.maximum(bind_kind, 0) * n + idx], NONE)
+    kind = np.repeat(np.array([LAUNCH, STREAM, EVENT], dtype=np.int8), [int(h.sum()) for h in has])
+    src = np.concatenate([np.full(int(has[0].sum()), NONE), prev[has[1]], other[has[2]]])
+    dst = np.concatenate([idx[h] for h in has])
+    ready = np.concatenate([l_ready[has[0]], s_ready[has[1]], e_ready[has[2]]])
+    inferred = np.concatenate([np.zeros(int(has[0].sum() + has[1].sum()), dtype=bool), ~recorded[has[2]]])
     return Edges(src, dst, kind, inferred, ready, bind, prev, np.where(event, other, NONE))
 
 

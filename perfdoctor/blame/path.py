@@ -45,34 +45,41 @@ REPLAY_MAX_OPS = 50_000
 COMM = tuple(CODE[c] for c in CAUSES if c.startswith("transfer.") or c == "pipeline.p2p")
 
 
-@dataclass
 class Segments:
     """Segments of one step's path, latest first: [start, end) blamed on ``cause``; ``op`` the device op
-    (index into the Ops) or HOST; ``inferred`` when the edge into the segment was inferred."""
+    (index into the Ops) or HOST; ``inferred`` when the edge into the segment was inferred. Device chains
+    arrive as arrays and stay arrays; the few host segments are buffered as tuples."""
 
-    start: list[int] = field(default_factory=list)
-    end: list[int] = field(default_factory=list)
-    cause: list[int] = field(default_factory=list)
-    op: list[int] = field(default_factory=list)
-    inferred: list[bool] = field(default_factory=list)
+    NAMES = ("start", "end", "cause", "op", "inferred")
+
+    def __init__(self) -> None:
+        self._chunks: list[tuple[np.ndarray, ...]] = []
+        self._rows: list[tuple[int, int, int, int, bool]] = []
 
     def extend(self, start: np.ndarray, end: np.ndarray, cause: np.ndarray, op: np.ndarray,
                inferred: np.ndarray) -> None:
         """Many segments at once (a device chain), latest first; empty ones are left out."""
+        self._flush()
         keep = end > start
-        self.start.extend(start[keep].tolist())
-        self.end.extend(end[keep].tolist())
-        self.cause.extend(cause[keep].tolist())
-        self.op.extend(op[keep].tolist())
-        self.inferred.extend(inferred[keep].tolist())
+        self._chunks.append((start[keep], end[keep], cause[keep].astype(np.int64), op[keep].astype(np.int64),
+                             inferred[keep]))
 
     def add(self, start: int, end: int, cause: int, op: int = HOST, inferred: bool = False) -> None:
         if end > start:
-            self.start.append(start)
-            self.end.append(end)
-            self.cause.append(cause)
-            self.op.append(op)
-            self.inferred.append(inferred)
+            self._rows.append((int(start), int(end), int(cause), int(op), bool(inferred)))
+
+    def columns(self) -> dict[str, np.ndarray]:
+        """The segments as columns, latest first."""
+        self._flush()
+        if not self._chunks:
+            return {name: np.zeros(0, dtype=bool if name == "inferred" else np.int64) for name in self.NAMES}
+        return {name: np.concatenate([c[j] for c in self._chunks]) for j, name in enumerate(self.NAMES)}
+
+    def _flush(self) -> None:
+        if self._rows:
+            cols = list(zip(*self._rows))
+            self._chunks.append(tuple(np.array(c, dtype=bool if j == 4 else np.int64) for j, c in enumerate(cols)))
+            self._rows = []
 
 
 @dataclass
@@ -99,11 +106,10 @@ class _Walker:
     """The per-rank state of the walk: the graph as plain lists, the host's blocking calls per thread."""
 
     def __init__(self, tl: Timeline, ops: Ops, edges: Edges) -> None:
-        self.start, self.end = ops.start.tolist(), ops.end.tolist()
-        self.cause, self.tid = ops.cause.tolist(), ops.tid.tolist()
-        self.bind = edges.bind.tolist()
-        self.kind, self.src = edges.kind.tolist(), edges.src.tolist()
-        self.ready, self.inferred = edges.ready.tolist(), edges.inferred.tolist()
+        # numpy columns, read an element at a time only where the walk leaves a device chain (few per step)
+        self.start, self.end, self.cause, self.tid = ops.start, ops.end, ops.cause, ops.tid
+        self.bind, self.kind, self.src = edges.bind, edges.kind, edges.src
+        self.ready, self.inferred = edges.ready, edges.inferred
         self.by_end = np.argsort(ops.end, kind="stable")
         self.ends = ops.end[self.by_end]
         self.host = HostRanges(tl)
@@ -128,7 +134,7 @@ class _Walker:
         self.link_inferred = (edges.inferred[b] & link) if n else np.zeros(0, dtype=bool)
         self.starts = ops.start
         self.causes = ops.cause
-        up = np.where(self.link >= 0, self.link, np.arange(n)).astype(np.int64)
+        up = np.where(self.link >= 0, self.link, np.arange(n)).astype(np.int32 if n < 2**31 else np.int64)
         self.lift = [up]
         while len(self.lift) < 64 and not np.array_equal(self.lift[-1][self.lift[-1]], self.lift[-1]):
             self.lift.append(self.lift[-1][self.lift[-1]])
@@ -173,6 +179,10 @@ class _Walker:
     def step(self, lo: int, hi: int, first: int, stop: int) -> tuple[Segments, int]:
         """Walk [lo, hi) back from its end; ``first:stop`` are the ops that start inside it. Returns the
         segments and the ns left unattributed."""
+        seg, residual = self._walk(lo, hi, first, stop)
+        return seg, int(residual)
+
+    def _walk(self, lo: int, hi: int, first: int, stop: int) -> tuple[Segments, int]:
         seg = Segments()
         residual = 0
         if stop > first:
@@ -289,7 +299,7 @@ def rank_path(tl: Timeline, ops: Ops, edges: Edges, steps: Steps, instances: np.
     n = len(steps)
     by_cause = np.zeros((n, len(CAUSES)))
     residual = np.zeros(n)
-    comm: list[list[int]] = [[], [], [], [], []]
+    comm: list[list[np.ndarray]] = [[], [], [], [], []]
     durations = steps.durations.astype(np.int64)
     rep = int(np.argsort(durations, kind="stable")[(n - 1) // 2]) if n else 0  # the (lower) median step
     path: dict[str, list] = {}
@@ -299,28 +309,24 @@ def rank_path(tl: Timeline, ops: Ops, edges: Edges, steps: Steps, instances: np.
     for i, (lo, hi, first, stop) in enumerate(zip(steps.starts.tolist(), steps.ends.tolist(), firsts.tolist(),
                                                   stops.tolist())):
         seg, rest = walker.step(lo, hi, first, stop)
-        cause = np.asarray(seg.cause, dtype=np.int64)
-        length = np.asarray(seg.end, dtype=np.int64) - np.asarray(seg.start, dtype=np.int64)
-        by_cause[i] = np.bincount(cause, weights=length, minlength=len(CAUSES))
+        cols = seg.columns()
+        cause, op = cols["cause"], cols["op"]
+        by_cause[i] = np.bincount(cause, weights=cols["end"] - cols["start"], minlength=len(CAUSES))
         residual[i] = rest
-        on_comm = np.flatnonzero(np.isin(cause, COMM))
-        op = np.asarray(seg.op, dtype=np.int64)
-        comm[0].extend([i] * on_comm.size)
-        comm[1].extend(_instance_of(ops.kernel[op[on_comm]], instances).tolist())
-        comm[2].extend(np.asarray(seg.start)[on_comm].tolist())
-        comm[3].extend(np.asarray(seg.end)[on_comm].tolist())
-        comm[4].extend(cause[on_comm].tolist())
+        on_comm = np.isin(cause, COMM)
+        comm[0].append(np.full(int(on_comm.sum()), i, dtype=np.int64))
+        comm[1].append(_instance_of(ops.kernel[op[on_comm]], instances))
+        comm[2].append(cols["start"][on_comm])
+        comm[3].append(cols["end"][on_comm])
+        comm[4].append(cause[on_comm])
         if i == rep:
             worth = [c for c in np.flatnonzero(by_cause[i] >= WHATIF_SHARE * (hi - lo)).tolist()
                      if CAUSES[c] != "host.sync"] if stop - first <= REPLAY_MAX_OPS else []
             if worth:
                 replay = Replay(ops, edges, walker, lo, hi, first, stop, walker.tail_tid)
                 saving = {CAUSES[c]: replay.saving(c) for c in worth}
-            path = {"start": seg.start[::-1], "end": seg.end[::-1], "cause": [CAUSES[c] for c in seg.cause[::-1]],
-                    "what": _what(tl, ops, seg.op[::-1], seg.cause[::-1]), "inferred": seg.inferred[::-1],
-                    "instance": _instance_of(ops.kernel[np.asarray(seg.op[::-1], dtype=np.int64)], instances,
-                                             np.asarray(seg.op[::-1]) >= 0).tolist()}
-    arrays = [np.asarray(c, dtype=np.int64) for c in comm]
+            path = _compact(tl, ops, {k: v[::-1] for k, v in cols.items()}, instances)
+    arrays = [np.concatenate(c) if c else np.zeros(0, dtype=np.int64) for c in comm]
     return RankPath(by_cause, residual, durations, *arrays, representative=rep, path=path, saving=saving)
 
 
@@ -334,20 +340,38 @@ def _instance_of(kernel: np.ndarray, instances: np.ndarray, valid: np.ndarray | 
     return np.where(hit, pos, -1)
 
 
-def _what(tl: Timeline, ops: Ops, op: list[int], cause: list[int]) -> list[str]:
-    """What each segment of the representative path was: the kernel's name, copy/fill, or the host's
-    activity (only these few are named: names are decoded for the path, never for every op)."""
-    out = []
+def _compact(tl: Timeline, ops: Ops, cols: dict[str, np.ndarray], instances: np.ndarray) -> dict[str, list]:
+    """The representative step's segments (time order) for the report: adjacent segments of one cause
+    merged, except collectives (the cross-rank join splits each at its own last arrival); each run named
+    by its first segment: the kernel's name, copy/fill, or the host's activity (names are decoded for these
+    runs only, never for every op)."""
+    start, end, cause, op = cols["start"], cols["end"], cols["cause"], cols["op"]
+    if not start.size:
+        return {}
+    comm = np.isin(cause, COMM)
+    new_run = np.ones(start.size, dtype=bool)
+    new_run[1:] = (cause[1:] != cause[:-1]) | (start[1:] != end[:-1]) | comm[1:] | comm[:-1]
+    heads = np.flatnonzero(new_run)
+    last = np.append(heads[1:], start.size) - 1
+    inferred = np.logical_or.reduceat(cols["inferred"], heads)
+    head_op = op[heads]
+    kernel = np.where(head_op >= 0, ops.kernel[np.maximum(head_op, 0)], -1)
     names = tl.kernels["short_name"] if len(tl.kernels) and "short_name" in tl.kernels else None
-    for o, c in zip(op, cause):
+    decoded = (names[kernel[kernel >= 0]].decode() if names is not None and (kernel >= 0).any()
+               else np.zeros(0, dtype=object))
+    what, k = [], 0
+    for c, kern in zip(cause[heads].tolist(), kernel.tolist()):
         name = CAUSES[c]
         if name.startswith("host."):
-            out.append(HOST_WHAT[name])
-        elif o >= 0 and ops.kernel[o] >= 0 and names is not None:
-            out.append(str(names[int(ops.kernel[o])]))
+            what.append(HOST_WHAT[name])
+        elif kern >= 0:
+            what.append(str(decoded[k]) if names is not None else "device op")
         else:
-            out.append("copy" if name == "copy" else "device op")
-    return out
+            what.append("copy" if name == "copy" else "device op")
+        k += kern >= 0
+    return {"start": start[heads].tolist(), "end": end[last].tolist(),
+            "cause": [CAUSES[c] for c in cause[heads].tolist()], "what": what, "inferred": inferred.tolist(),
+            "instance": _instance_of(kernel, instances, head_op >= 0).tolist()}
 
 
 HOST_WHAT = {"host.launch": "CPU issuing launches (Python and launch overhead)", "host.data": "data loading",

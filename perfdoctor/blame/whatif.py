@@ -32,8 +32,9 @@ class Replay:
                  tail_tid: int) -> None:
         self.lo, self.hi, self.first, self.stop = lo, hi, first, stop
         self.walker, self.tail_tid = walker, tail_tid
-        self.start, self.end = ops.start.tolist(), ops.end.tolist()
-        self.tid, self.cause = ops.tid.tolist(), ops.cause.tolist()
+        self.end = ops.end  # sources may lie before the step: looked up one at a time
+        self.start_s, self.end_s = ops.start[first:stop].tolist(), ops.end[first:stop].tolist()
+        self.tid_s, self.cause_s = ops.tid[first:stop].tolist(), ops.cause[first:stop].tolist()
         mine = slice(first, stop)
         self.launch = ops.launch[mine].tolist()
         self.stream_src, self.event_src = edges.stream_src[mine].tolist(), edges.event_src[mine].tolist()
@@ -41,7 +42,7 @@ class Replay:
         self.binding = np.where(bind >= 0, edges.ready[np.maximum(bind, 0)], ops.start[mine]).tolist()
         self.syncs = {tid: [(int(a), int(b)) for a, b in zip(*calls) if lo <= b <= hi]
                       for tid, calls in walker.blocking.items()}
-        self.last_op = (max(range(first, stop), key=lambda n: min(self.end[n], hi)) if stop > first else -1)
+        self.last_op = first + int(np.argmax(np.minimum(ops.end[first:stop], hi))) if stop > first else -1
 
     def saving(self, cause: int) -> int:
         """ns the step would be shorter without ``cause`` (0 when it would not be)."""
@@ -50,22 +51,22 @@ class Replay:
         before = self._removed_before_launch(removed)
         state = {tid: [0, 0, 0] for tid in self.syncs}
         for i, n in enumerate(range(self.first, self.stop)):
-            start, binding = self.start[n], self.binding[i]
+            start, binding = self.start_s[i], self.binding[i]
             start2 = self.lo
             launch = self.launch[i]
             if launch >= 0:
-                shift = self._shift(state, end2, self.tid[n], launch, removed, before[i])
+                shift = self._shift(state, end2, self.tid_s[i], launch, removed, before[i])
                 start2 = launch - shift + (start - launch if launch == binding else 0)
             for src in (self.stream_src[i], self.event_src[i]):
                 if src >= 0:
-                    ready = self.end[src]
+                    ready = int(self.end[src])
                     # the latency it had after the edge that bound it; an edge that did not bind has none known
                     start2 = max(start2, end2.get(src, ready) + (start - ready if ready == binding else 0))
             if launch < 0 and self.stream_src[i] < 0 and self.event_src[i] < 0:
                 start2 = start
-            end2[n] = start2 + (0 if self.cause[n] == cause else self.end[n] - start)
+            end2[n] = start2 + (0 if self.cause_s[i] == cause else self.end_s[i] - start)
         device = end2[self.last_op] if self.last_op >= 0 else self.lo
-        device_old = min(self.end[self.last_op], self.hi) if self.last_op >= 0 else self.lo
+        device_old = min(int(self.end[self.last_op]), self.hi) if self.last_op >= 0 else self.lo
         host = device
         if device_old < self.hi:
             host = self.hi - self._shift(state, end2, self.tail_tid, self.hi, removed, None)
@@ -87,7 +88,8 @@ class Replay:
             early = st[1] + at_c0 - st[2]
             q = self.walker.last_ended(c1)
             if q != -1 and self.end[q] > c0:
-                c1_new = max(c0 - early, end2.get(q, self.end[q]) + (c1 - self.end[q]))
+                q_end = int(self.end[q])
+                c1_new = max(c0 - early, end2.get(q, q_end) + (c1 - q_end))
             else:
                 c1_new = c1 - early
             st[0], st[1], st[2] = st[0] + 1, max(c1 - c1_new, 0), self._removed(removed, tid, self.lo, c1)
@@ -105,7 +107,7 @@ class Replay:
         if removed is None:
             return [0] * n
         launch = np.asarray(self.launch, dtype=np.int64)
-        tid = np.asarray(self.tid[self.first:self.stop], dtype=np.int64)
+        tid = np.asarray(self.tid_s, dtype=np.int64)
         out = np.zeros(n, dtype=np.int64)
         for thread, spans in removed.items():
             sel = np.flatnonzero((tid == thread) & (launch > self.lo))
@@ -118,7 +120,7 @@ class Replay:
         host = self.walker.host
         name = CAUSES[cause]
         out = {}
-        for tid in set(self.tid[self.first:self.stop]) | {self.tail_tid}:
+        for tid in set(self.tid_s) | {self.tail_tid}:
             if tid < 0:
                 continue
             span = (np.array([self.lo], dtype=np.int64), np.array([self.hi], dtype=np.int64))
