@@ -111,7 +111,7 @@ def analyze(paths: list[Path | str], config: dict[str, Any] | None = None,
     pp_theory = theory(run.config)[0] if (run.config.get("pp") or 1) > 1 else None
     blocking, paths = join({rank.info.rank: rank.blame for rank in ranks if rank.blame is not None},
                            {rank.info.rank: rank.collectives for rank in ranks if rank.collectives is not None},
-                           waits.instances, pp_theory)
+                           waits.instances, pp_theory, waits.clock)
     for r, metrics in per_rank.items():
         metrics.update(blocking.get(r) or dict.fromkeys(BLOCKING_KEYS))
     blocking_all = blocking_across(per_rank)

@@ -31,8 +31,10 @@ P2P, PP_WAIT = CODE["pipeline.p2p"], CODE["pipeline.wait"]
 
 
 def join(paths: dict[int, RankPath], cols: dict[int, Collectives], instances: dict[int, dict[str, np.ndarray]],
-         theory: float | None) -> tuple[dict[str, dict[str, Any]], dict[str, list[dict[str, Any]]]]:
-    """Per rank (str keys) its ``blocking.*`` metrics and its ``path`` entries."""
+         theory: float | None, clock: dict[int, int] | None = None
+         ) -> tuple[dict[str, dict[str, Any]], dict[str, list[dict[str, Any]]]]:
+    """Per rank (str keys) its ``blocking.*`` metrics and its ``path`` entries; with the ranks' clocks
+    (perfdoctor.measure.peers.PeerWaits.clock) a wait for a rank on the same step is followed onto it."""
     metrics, out_paths = {}, {}
     for rank, rp in paths.items():
         by_cause = rp.by_cause.copy()
@@ -56,7 +58,58 @@ def join(paths: dict[int, RankPath], cols: dict[int, Collectives], instances: di
         blocking = _metrics(by_cause, rp)
         metrics[str(rank)] = blocking | _savings(by_cause[rp.representative], rp, blocking)
         out_paths[str(rank)] = _entries(rank, rp, cols, waits)
-    return metrics, out_paths
+    if clock:
+        out_paths = {r: _across(int(r), entries, out_paths, paths, clock) for r, entries in out_paths.items()}
+    return metrics, {r: _bounded(entries) for r, entries in out_paths.items()}
+
+
+def _across(rank: int, entries: list[dict[str, Any]], by_rank: dict[str, list[dict[str, Any]]],
+            paths: dict[int, RankPath], clock: dict[int, int]) -> list[dict[str, Any]]:
+    """The path across ranks: while ``rank`` waited for rank R at a collective (on the same step), the
+    critical path is R's — R's own entries in that interval, on ``rank``'s clock and marked with R (one
+    level: where R itself waited, its entry names the rank it waited for); what R's path does not cover
+    stays ``rank``'s wait."""
+    out: list[dict[str, Any]] = []
+    for e in entries:
+        late = e.get("late")
+        theirs = by_rank.get(str(late)) if late is not None else None
+        if (theirs is None or late not in clock or rank not in clock or late not in paths
+                or paths[late].representative != paths[rank].representative):
+            out.append(e)
+            continue
+        shift = clock[rank] - clock[late]  # their time + clock[late] - clock[rank] is ours
+        t = e["start_ns"]
+        for x in theirs:
+            a, b = max(x["start_ns"] - shift, e["start_ns"]), min(x["end_ns"] - shift, e["end_ns"])
+            if b <= a or x.get("rank") != late:
+                continue
+            if a > t:
+                out.append(e | {"start_ns": t, "end_ns": a})
+            out.append({k: v for k, v in x.items() if k != "late"} | {"start_ns": a, "end_ns": b})
+            t = b
+        if t < e["end_ns"]:
+            out.append(e | {"start_ns": t})
+    return out
+
+
+def _bounded(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Adjacent entries of one rank and cause merged, the longest MAX_PATH kept in time order, and the
+    join's own bookkeeping dropped."""
+    merged: list[dict[str, Any]] = []
+    for entry in entries:
+        entry = {k: v for k, v in entry.items() if k != "late"}
+        last = merged[-1] if merged else None
+        if (last is not None and last["cause"] == entry["cause"] and last["rank"] == entry["rank"]
+                and last["end_ns"] == entry["start_ns"]):
+            keep_what = (last["end_ns"] - last["start_ns"]) >= (entry["end_ns"] - entry["start_ns"])
+            last.update(end_ns=entry["end_ns"], inferred=last["inferred"] or entry["inferred"],
+                        what=last["what"] if keep_what else entry["what"])
+        else:
+            merged.append(dict(entry))
+    if len(merged) > MAX_PATH:
+        longest = sorted(range(len(merged)), key=lambda j: merged[j]["start_ns"] - merged[j]["end_ns"])[:MAX_PATH]
+        merged = [merged[j] for j in sorted(longest)]
+    return merged
 
 
 def across(per_rank: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -141,25 +194,13 @@ def _entries(rank: int, rp: RankPath, cols: dict[int, Collectives], waits: tuple
             waited = "pipeline.wait" if cause == "pipeline.p2p" else "wait.rank"
             who = f"rank {late}: {_doing(cols.get(late), late_i)}" if late >= 0 else "the neighbouring stage"
             if cut > s:
-                raw.append(entry | {"end_ns": cut, "cause": waited, "what": who,
+                raw.append(entry | {"end_ns": cut, "cause": waited, "what": who, "late": late if late >= 0 else None,
                                     "inferred": entry["inferred"] or bool(waits[4][ci])})
             if e > cut:
                 raw.append(entry | {"start_ns": cut})
             continue
         raw.append(entry)
-    merged: list[dict[str, Any]] = []
-    for entry in raw:
-        last = merged[-1] if merged else None
-        if last is not None and last["cause"] == entry["cause"] and last["end_ns"] == entry["start_ns"]:
-            keep_what = (last["end_ns"] - last["start_ns"]) >= (entry["end_ns"] - entry["start_ns"])
-            last.update(end_ns=entry["end_ns"], inferred=last["inferred"] or entry["inferred"],
-                        what=last["what"] if keep_what else entry["what"])
-        else:
-            merged.append(dict(entry))
-    if len(merged) > MAX_PATH:
-        longest = sorted(range(len(merged)), key=lambda j: merged[j]["start_ns"] - merged[j]["end_ns"])[:MAX_PATH]
-        merged = [merged[j] for j in sorted(longest)]
-    return merged
+    return raw
 
 
 _TRANSFER = tuple(CODE[c] for c in CAUSES if c.startswith("transfer."))

@@ -67,6 +67,9 @@ class PeerWaits:
     # start until the last member arrived), ``late`` (that member) and ``late_i`` (the instance's index in
     # the late member's Collectives) — what the critical path's join needs (perfdoctor.blame.join).
     instances: dict[int, dict[str, np.ndarray]] = field(default_factory=dict)
+    # Per rank, the ns that put its own clock on the common one: its file's session start plus the
+    # alignment offset (a time t of rank r is t + clock[r] there).
+    clock: dict[int, int] = field(default_factory=dict)
 
 
 def match(cols: dict[int, Collectives], exposed_ms: dict[int, dict[str, float | None]],
@@ -117,8 +120,9 @@ def match(cols: dict[int, Collectives], exposed_ms: dict[int, dict[str, float | 
             "matched": len(ok), "instances": total}
     late = _late_per_rank(done, cols)
     per_rank = {rank: {k: done[k][done["rank"] == rank] for k in ("i", "wait", "late", "late_i")} for rank in cols}
+    clock = {rank: (c.session_start_utc_ns or 0) + offsets.get(rank, 0) for rank, c in cols.items()}
     return PeerWaits(metrics, evidence, {str(r): v for r, v in late.items()},
-                     None if residual is None else residual / 1e3, _straggler(done, cols, late), per_rank)
+                     None if residual is None else residual / 1e3, _straggler(done, cols, late), per_rank, clock)
 
 
 def _of_rank(per_rank: dict[int, int], ranks: np.ndarray) -> np.ndarray:

@@ -244,7 +244,8 @@ def _timeline_figure(ex: Any, path: list[dict[str, Any]] | None = None) -> dict[
 
 
 def _path_traces(ex: Any, path: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The critical path as bars on its own row, one trace per cause family, µs from the step start."""
+    """The critical path as bars on its own row, one trace per cause family, µs from the step start; where
+    it runs on another rank (this one waited for it) the bar says which."""
     by_family: dict[str, list[dict[str, Any]]] = {}
     for e in path:
         by_family.setdefault(e["cause"].split(".")[0], []).append(e)
@@ -256,7 +257,8 @@ def _path_traces(ex: Any, path: list[dict[str, Any]]) -> list[dict[str, Any]]:
                     "x": [round((e["end_ns"] - e["start_ns"]) / 1e3, 3) for e in es],
                     "y": ["critical path"] * len(es), "width": 0.8,
                     "marker": {"color": PATH_COLORS.get(family, "#BAB0AC"), "line": {"width": 0}},
-                    "hovertext": [_esc(f"{e['cause']}: {e['what']}" + (" (inferred edge)" if e["inferred"] else ""))
+                    "hovertext": [_esc((f"rank {e['rank']} · " if e["rank"] != ex.rank else "") +
+                                       f"{e['cause']}: {e['what']}" + (" (inferred edge)" if e["inferred"] else ""))
                                   for e in es],
                     "hovertemplate": "%{hovertext}<br>%{base:.1f} µs + %{x:.1f} µs<extra>critical path</extra>"})
     return out
