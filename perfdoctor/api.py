@@ -1,4 +1,4 @@
-"""The pipeline, top to bottom: load → classify → measure → (diagnose) → Report.
+"""The pipeline, top to bottom: load → classify → measure → blame → (diagnose) → Report.
 
 Renderers (``perfdoctor.render``) turn the Report into terminal tables, JSON, HTML or Markdown;
 nothing here formats output.
@@ -11,7 +11,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from perfdoctor import __version__
+from perfdoctor.blame.causes import BLOCKING_KEYS
+from perfdoctor.blame.graph import device_ops, edges
+from perfdoctor.blame.join import across as blocking_across
+from perfdoctor.blame.join import join
+from perfdoctor.blame.path import RankPath, rank_path
 from perfdoctor.classify.framework import detect_framework, timeline_fingerprints
 from perfdoctor.classify.groups import GROUPS, label_groups
 from perfdoctor.classify.timeline import copy_classes, kernel_classes
@@ -104,7 +111,14 @@ def analyze(paths: list[Path | str], config: dict[str, Any] | None = None,
     for r, metrics in per_rank.items():
         metrics.update(waits.metrics.get(r, {}))
         metrics["ranks.late_ms"] = waits.late_ms.get(r)
-    metrics_all = across_ranks(per_rank) | across | peer_metrics(waits, per_rank, devices)
+    pp_theory = theory(run.config)[0] if (run.config.get("pp") or 1) > 1 else None
+    blocking, paths = join({rank.info.rank: rank.blame for rank in ranks if rank.blame is not None},
+                           {rank.info.rank: rank.collectives for rank in ranks if rank.collectives is not None},
+                           waits.instances, pp_theory, waits.clock)
+    for r, metrics in per_rank.items():
+        metrics.update(blocking.get(r) or dict.fromkeys(BLOCKING_KEYS))
+    blocking_all = blocking_across(per_rank)
+    metrics_all = across_ranks(per_rank) | across | peer_metrics(waits, per_rank, devices) | blocking_all
     warnings = ([sampled] if sampled else []) + list(run.warnings) + memory_warnings
     if (run.config.get("pp") or 1) > 1 and (missing := theory(run.config)[1]):
         flag = "--" + missing[0].replace("_", "-")
@@ -115,7 +129,7 @@ def analyze(paths: list[Path | str], config: dict[str, Any] | None = None,
     warnings.extend(before_steps(devices))
     report = Report(tool_version=__version__, run=run, devices=devices,
                     metrics={"all": metrics_all, "ranks": per_rank}, warnings=warnings, series=series,
-                    excerpts=excerpts)
+                    excerpts=excerpts, path=paths)
     if trace_excerpts:
         report.run_trace = run_trace({rank.info.rank: rank.trace_excerpt for rank in ranks
                                       if rank.trace_excerpt is not None}, waits)
@@ -181,6 +195,7 @@ class RankResult:
     excerpt: Any
     collectives: Collectives | None
     trace_excerpt: Any = None
+    blame: RankPath | None = None
 
 
 @dataclass
@@ -278,6 +293,8 @@ def analyze_timeline(tl: Timeline, config: dict[str, Any], excerpts: bool, trace
         device.evidence["work"] = work
     if gaps is not None:
         result.collectives = collectives(tl, act, steps, groups, by_group, gaps)
+        ops = device_ops(tl, kcls, ccls, groups)
+        result.blame = rank_path(tl, ops, edges(ops, tl.sync), steps, np.flatnonzero(groups.codes >= 0))
     return result
 
 

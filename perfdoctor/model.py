@@ -254,3 +254,6 @@ class Report:
     # One step of every rank on the aligned clock, with the waits between ranks, for the Perfetto timeline
     # (perfdoctor.measure.trace_excerpt.RunTrace; only when asked for); not part of the JSON report.
     run_trace: Any = None
+    # Per rank (str keys), the critical path of its representative step (perfdoctor.blame.join): entries
+    # {start_ns, end_ns, rank, cause, what, inferred} in time order on the rank's clock. JSON: ``path``.
+    path: dict[str, list[dict[str, Any]]] = field(default_factory=dict)

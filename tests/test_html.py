@@ -115,3 +115,24 @@ def test_snippets_per_framework():
     assert off["megatron_bridge"] == "cfg.ddp.bucket_size = False"
     assert "env" not in off  # not a variable name: never shown as a statement
     assert knob_snippets({"env": "NCCL_ALGO", "value": "Ring; echo"})[0].code == "export NCCL_ALGO='Ring; echo'"
+
+
+def test_timeline_draws_the_critical_path_of_the_drawn_step() -> None:
+    """Each drawn rank's timeline has a critical-path row: the same median step's path, inside the step,
+    crossing onto the peer rank where it waited for it."""
+    from perfdoctor.render.html import _timeline_figure
+
+    report = api.analyze([SAMPLES / "real_h100"], jobs=1)
+    drawn = [ex for ex in report.excerpts if ex is not None]
+    assert len(drawn) == 2
+    for ex in drawn:
+        fig = _timeline_figure(ex, report.path[str(ex.rank)])
+        bars = [t for t in fig["data"] if t.get("legendgroup") == "path"]
+        assert bars and fig["layout"]["yaxis"]["categoryarray"][-1] == "critical path"
+        spans = [(b, b + x) for t in bars for b, x in zip(t["base"], t["x"])]
+        assert all(-1 <= a < b <= ex.step_ms * 1e3 + 1 for a, b in spans)
+        assert sum(b - a for a, b in spans) > 0.5 * ex.step_ms * 1e3
+    # Where a rank waited for the other at the all-to-alls, its path runs on the other rank and says so.
+    crossing = [h for ex in drawn for t in _timeline_figure(ex, report.path[str(ex.rank)])["data"]
+                if t.get("legendgroup") == "path" for h in t["hovertext"] if h.startswith("rank ")]
+    assert crossing

@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import sqlite3
 
+import pytest
 from rich.console import Console
 
 from perfdoctor import api
@@ -33,7 +34,8 @@ def test_fits_an_80_column_terminal_and_shows_the_measurements():
     render_terminal(api.analyze([SAMPLES / "ln_blocked"]), console)
     text = console.export_text()
     assert max(len(line) for line in text.splitlines()) <= 80
-    for needle in ("per step (median over steps)", "DP comm", "LayerNorm blocked by NCCL", "top kernels by time"):
+    for needle in ("what blocked the step (critical path)", "per step (median over steps)", "DP comm",
+                   "LayerNorm blocked by NCCL", "top kernels by time"):
         assert needle in text
 
 
@@ -52,3 +54,16 @@ def test_emoji_codes_in_names_print_as_written() -> None:
     out = io.StringIO()
     safe_console(file=out, width=80).print("kernel :fire: on :thumbs_up:")
     assert out.getvalue().strip() == "kernel :fire: on :thumbs_up:"
+
+
+def test_blocking_lines_add_up_to_the_step() -> None:
+    """One line per cause along the critical path, ms and % of the step, adding up to the step."""
+    console = Console(width=120, record=True, color_system=None)
+    report = api.analyze([SAMPLES / "exposed_dp"])
+    render_terminal(report, console)
+    text = console.export_text()
+    block = text.split("what blocked the step (critical path)")[1].split("per step (median over steps)")[0]
+    rows = [line.strip("│ ").split("│") for line in block.splitlines() if line.count("│") >= 4]
+    ms = [float(r[1].strip().replace(",", "")) for r in rows if r[1].strip()[:1].isdigit()]
+    assert "transfer.dp" in block and "compute.gemm" in block
+    assert sum(ms) == pytest.approx(report.metrics["ranks"]["0"]["step.time_ms"], abs=0.01 * len(ms))

@@ -79,9 +79,10 @@ def _validator() -> Any:
 @cache
 def known_metrics() -> frozenset[str]:
     """Metric keys a rule may name (the JSON report's ``metrics``)."""
+    from perfdoctor.blame.causes import BLOCKING_KEYS
     from perfdoctor.measure.metrics import METRIC_KEYS
 
-    return frozenset(METRIC_KEYS)
+    return frozenset(METRIC_KEYS) | frozenset(BLOCKING_KEYS)
 
 
 def load_rules(extra_dirs: list[Path | str] | None = None) -> list[Rule]:

@@ -149,7 +149,7 @@ def gap_causes(tl: Timeline, steps: Steps, busy: iv.Intervals) -> GapCauses:
         cause[_inside(g0, next_tid, ranges[c])] = CAUSES.index(c)
     cause[_inside(g0, next_tid, blocking)] = CAUSES.index("sync")
     # 3. a pause of the whole process over most of the window
-    paused = _covered(g0, w1, _pauses(tl)) * 2 > window
+    paused = _covered(g0, w1, host_pauses(tl)) * 2 > window
     cause[paused & (cause == CAUSES.index("launch_bound"))] = CAUSES.index("outside_ops")
     # 1. a recorded range over most of the window wins over both
     cover = np.stack([_covered(g0, w1, _spans(ranges[c])) for c in RANGE_CAUSES])
@@ -176,7 +176,7 @@ def _spans(rows: Table) -> iv.Intervals:
     return iv.union(rows.col("start"), rows.col("end"))
 
 
-def _pauses(tl: Timeline) -> iv.Intervals:
+def host_pauses(tl: Timeline) -> iv.Intervals:
     """Stretches in which no thread of the process made a CUDA call or (PyTorch profiler) ran an operator,
     at least ``PAUSE_FACTOR`` times the process's median stretch between them."""
     starts, ends = [tl.api.col("start")], [tl.api.col("end")]

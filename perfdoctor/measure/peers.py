@@ -63,9 +63,13 @@ class PeerWaits:
     late_ms: dict[str, float]  # per rank: median per step of the others' wait it caused
     clock_residual_us: float | None
     straggler: Straggler | None
-    # Per rank, the ns to add to its file-clock times to put them on the run's aligned clock (its file's
-    # session start plus the collective-end shift); ranks without matched collectives are absent.
-    clock_ns: dict[int, int] = field(default_factory=dict)
+    # Per rank, its matched instances: ``i`` (index into its Collectives), ``wait`` (ns from its kernel's
+    # start until the last member arrived), ``late`` (that member) and ``late_i`` (the instance's index in
+    # the late member's Collectives) — what the critical path's join needs (perfdoctor.blame.join).
+    instances: dict[int, dict[str, np.ndarray]] = field(default_factory=dict)
+    # Per rank, the ns that put its own clock on the run's aligned one: its file's session start plus the
+    # alignment offset (a time t of rank r is t + clock[r] there).
+    clock: dict[int, int] = field(default_factory=dict)
     # Every wait of a rank for a later member (columns: rank, g, start = its arrival, wait ns, late rank,
     # late_start = the late member's arrival), on the aligned clock: the Perfetto timeline's arrows.
     waited: dict[str, np.ndarray] = field(default_factory=dict)
@@ -87,6 +91,7 @@ def match(cols: dict[int, Collectives], exposed_ms: dict[int, dict[str, float | 
     last = done["a_start"][winner][instances.codes]
     done["wait"] = np.clip(np.minimum(done["a_end"], last) - done["a_start"], 0, None)
     done["late"] = done["rank"][winner][instances.codes]
+    done["late_i"] = done["i"][winner][instances.codes]
 
     metrics: dict[str, dict[str, float | None]] = {str(rank): {} for rank in cols}
     evidence: dict[str, dict[str, Any]] = {}
@@ -117,12 +122,14 @@ def match(cols: dict[int, Collectives], exposed_ms: dict[int, dict[str, float | 
                               if ms > 0},
             "matched": len(ok), "instances": total}
     late = _late_per_rank(done, cols)
-    clock = {r: int(cols[r].session_start_utc_ns or 0) + offsets[r] for r in cols}
+    per_rank = {rank: {k: done[k][done["rank"] == rank] for k in ("i", "wait", "late", "late_i")} for rank in cols}
+    clock = {rank: (c.session_start_utc_ns or 0) + offsets.get(rank, 0) for rank, c in cols.items()}
     rows = np.flatnonzero((done["late"] != done["rank"]) & (done["wait"] > 0))
     waited = {"rank": done["rank"][rows], "g": done["g"][rows], "start": done["a_start"][rows],
               "wait": done["wait"][rows], "late": done["late"][rows], "late_start": last[rows]}
     return PeerWaits(metrics, evidence, {str(r): v for r, v in late.items()},
-                     None if residual is None else residual / 1e3, _straggler(done, cols, late), clock, waited)
+                     None if residual is None else residual / 1e3, _straggler(done, cols, late),
+                     instances=per_rank, clock=clock, waited=waited)
 
 
 def _of_rank(per_rank: dict[int, int], ranks: np.ndarray) -> np.ndarray:
@@ -268,7 +275,7 @@ def _find(keys: np.ndarray, at: np.ndarray) -> np.ndarray:
     return np.where(hit, pos, -1)
 
 
-def _context(c: Collectives, i: np.ndarray) -> np.ndarray:
+def arrival_context(c: Collectives, i: np.ndarray) -> np.ndarray:
     """Per instance (rows), the parts of CAUSE_PARTS (columns) of the interval before the arrival, in ns."""
     return np.column_stack([c.before_compute[i], *(c.before_idle[x][i] for x in CAUSES), c.before_other_comm[i]])
 
@@ -292,7 +299,7 @@ def _straggler(done: dict[str, np.ndarray], cols: dict[int, Collectives], late: 
     by_rank = grouped.groups(done["rank"][late_rows])
     for j, r in enumerate(by_rank.first(done["rank"][late_rows]).tolist()):
         rows = by_rank.rows(j)
-        context[rows] = _context(cols[r], done["i"][late_rows[rows]])
+        context[rows] = arrival_context(cols[r], done["i"][late_rows[rows]])
     by_instance = grouped.groups(done["instance"][late_rows])
     instances = by_instance.first(done["instance"][late_rows])
     median = np.column_stack([by_instance.median(context[:, k]) for k in range(len(CAUSE_PARTS))])
@@ -301,7 +308,7 @@ def _straggler(done: dict[str, np.ndarray], cols: dict[int, Collectives], late: 
     pos = _find(instances, done["instance"][own])  # its own rows of the instances where others waited
     own, pos = own[pos >= 0], pos[pos >= 0]
     i = done["i"][own]
-    excess = (_context(c, i) - median[pos]).sum(axis=0)
+    excess = (arrival_context(c, i) - median[pos]).sum(axis=0)
     # What its CPU did while the others waited (first arrival → its own), on its own clock.
     shift = done["a_start"][own] - c.start[i]
     calls: dict[str, float] = {}

@@ -75,9 +75,9 @@ class RunTrace:
 
 def run_trace(excerpts: dict[int, TraceExcerpt], peers: PeerWaits) -> RunTrace:
     """Put the ranks' excerpts on the aligned clock and pick the waits both of whose ends are drawn."""
-    clock = {r: peers.clock_ns.get(r, int(ex.session_start_utc_ns or 0)) for r, ex in excerpts.items()}
+    clock = {r: peers.clock.get(r, int(ex.session_start_utc_ns or 0)) for r, ex in excerpts.items()}
     aligned = peers.clock_residual_us is not None  # else no collective matched: session clocks only
-    source = {r: "collectives" if aligned and r in peers.clock_ns else "session" for r in excerpts}
+    source = {r: "collectives" if aligned and r in peers.clock else "session" for r in excerpts}
     out = RunTrace(excerpts, clock, source, peers.clock_residual_us)
     w = peers.waited
     if not excerpts or not w or not w["rank"].size:

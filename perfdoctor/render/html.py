@@ -28,6 +28,9 @@ CATEGORY_COLORS = {"gemm": "#4C78A8", "attention": "#9D755D", "norm_persistent":
                    "memset": "#FF9DA6", "other": "#BAB0AC"}
 HIGHLIGHT_COLORS = {"exposed_comm": "#D62728", "host_gap": "#FF7F0E", "device_wait": "#7F7F7F",
                     "bubble": "#9467BD", "ln_blocked": "#E377C2"}
+# The critical path's row (perfdoctor.blame), one color per cause family.
+PATH_COLORS = {"compute": "#4C78A8", "transfer": "#E45756", "wait": "#7F7F7F", "copy": "#EECA3B", "host": "#FF7F0E",
+               "pipeline": "#9467BD"}
 PART_COLORS = {"compute": "#4C78A8", "exposed DP": "#E45756", "exposed TP": "#F58518", "exposed CP": "#B279A2",
                "exposed PP": "#9467BD", "exposed EP": "#8C564B", "exposed OTHER": "#FF9DA6",
                "exposed comm (unlabelled)": "#D62728", "device idle": "#BAB0AC", "other": "#DDDDDD"}
@@ -64,7 +67,8 @@ def render_html(report: Report, plotly_js: str = "inline") -> str:
         "headline": _headline(all_m),
         "findings": [_finding_view(f) for f in sm.findings(report)],
         "breakdown_fig": figure(_breakdown_figure(bars)),
-        "timelines": [{"label": _device_label(report, i), "fig": figure(_timeline_figure(ex)), "excerpt": ex}
+        "timelines": [{"label": _device_label(report, i), "excerpt": ex,
+                       "fig": figure(_timeline_figure(ex, report.path.get(str(ex.rank), [])))}
                       for i, ex in enumerate(report.excerpts) if ex is not None][:MAX_TIMELINES],
         "timelines_omitted": max(0, sum(ex is not None for ex in report.excerpts) - MAX_TIMELINES),
         "comm_rows": _comm_rows(report, rows),
@@ -202,10 +206,13 @@ def _breakdown_figure(bars: list[scale.RankRow]) -> dict[str, Any] | None:
                                                yaxis={"autorange": "reversed"})}
 
 
-def _timeline_figure(ex: Any) -> dict[str, Any]:
-    """Kernels per stream as horizontal bars (one trace per category), highlights as extra rows."""
+def _timeline_figure(ex: Any, path: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+    """Kernels per stream as horizontal bars (one trace per category), highlights as extra rows, and on top
+    the step's critical path (the same median step: perfdoctor.blame), one bar per path entry."""
     rows: list[str] = [f"stream {s}" for s in ex.streams]
-    data: list[dict[str, Any]] = []
+    data: list[dict[str, Any]] = _path_traces(ex, path or [])
+    if data:
+        rows.insert(0, "critical path")
     by_cat: dict[str, list[dict[str, Any]]] = {}
     for r in ex.rects:
         by_cat.setdefault(r["category"], []).append(r)
@@ -239,6 +246,27 @@ def _timeline_figure(ex: Any) -> dict[str, Any]:
         "xaxis": {"title": {"text": "µs from step start"}, "range": [0, round(ex.step_ms * 1e3, 3)]},
         "yaxis": {"categoryorder": "array", "categoryarray": rows[::-1], "type": "category"},
         "legend": {"tracegroupgap": 12}, "bargap": 0.1}}
+
+
+def _path_traces(ex: Any, path: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The critical path as bars on its own row, one trace per cause family, µs from the step start; where
+    it runs on another rank (this one waited for it) the bar says which."""
+    by_family: dict[str, list[dict[str, Any]]] = {}
+    for e in path:
+        by_family.setdefault(e["cause"].split(".")[0], []).append(e)
+    out = []
+    for family in sorted(by_family):
+        es = by_family[family]
+        out.append({"type": "bar", "orientation": "h", "name": f"path: {family}", "legendgroup": "path",
+                    "base": [round((e["start_ns"] - ex.step_start_ns) / 1e3, 3) for e in es],
+                    "x": [round((e["end_ns"] - e["start_ns"]) / 1e3, 3) for e in es],
+                    "y": ["critical path"] * len(es), "width": 0.8,
+                    "marker": {"color": PATH_COLORS.get(family, "#BAB0AC"), "line": {"width": 0}},
+                    "hovertext": [_esc((f"rank {e['rank']} · " if e["rank"] != ex.rank else "") +
+                                       f"{e['cause']}: {e['what']}" + (" (inferred edge)" if e["inferred"] else ""))
+                                  for e in es],
+                    "hovertemplate": "%{hovertext}<br>%{base:.1f} µs + %{x:.1f} µs<extra>critical path</extra>"})
+    return out
 
 
 def _comm_rows(report: Report, rank_rows: list[scale.RankRow]) -> list[dict[str, Any]]:

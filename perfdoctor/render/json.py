@@ -61,6 +61,7 @@ def report_dict(report: Report) -> dict[str, Any]:
         "findings": report.findings,
         "warnings": report.warnings,
         "series": report.series,
+        "path": report.path,
     }
 
 

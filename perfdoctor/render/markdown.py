@@ -38,6 +38,7 @@ def _render(report: Report, title: str | None, top_kernels: int, per_rank: bool)
                f"{len(report.devices)} device(s)")
     out.append("")
     out += _findings(report)
+    out += _details("What blocked the step (critical path of the median step)", _blocking(report, per_rank))
     out += _details("Step-time breakdown per rank", _breakdown(report) if per_rank else ["_(cut for length)_"])
     out += _details("Communication per parallel group", _comm(report, per_rank))
     out += _details("Host gaps and LayerNorm blocking", _host(report, per_rank))
@@ -142,6 +143,20 @@ def _breakdown(report: Report) -> list[str]:
         out.append(f"| {md(r)} | {sm.fmt(step, 'ms')} | " +
                    " | ".join(sm.fmt(row.get(p), "ms") if p in row else "–" for p in parts) + " |")
     return out + _left_out(report)
+
+
+def _blocking(report: Report, per_rank: bool) -> list[str]:
+    """Per rank one line per cause along its critical path: ms and % of the step, adding up to the step."""
+    out = ["| rank | cause | ms/step | % of step |", "|---:|---|---:|---:|"]
+    keys = _shown_ranks(report) if per_rank else ["all"]
+    for r in keys:
+        m = report.metrics["all"] if r == "all" else report.metrics["ranks"][r]
+        for cause, ms, share in sm.blocking(m):
+            out.append(f"| {md(r)} | {md(cause)} | {ms:,.2f} | {100 * share:.1f} % |")
+    if len(out) == 2:
+        return ["No critical path (no steps on a device)."]
+    return out + (["", "_all: each cause's median over ranks (they need not add up; each rank's do)._"]
+                  if "all" in keys else _left_out(report))
 
 
 def _comm(report: Report, per_rank: bool) -> list[str]:

@@ -27,6 +27,25 @@ RANK_METRICS = (("step.time_ms", "step time", "ms"), ("gpu.busy_fraction", "GPU 
                 ("ln.blocked_ms", "LN blocked", "ms"), ("mfu", "MFU", "%"))
 
 
+SHOWN_MS = 0.005  # causes that would print as 0.00 ms are left out of the per-cause lines
+
+
+def blocking(m: dict[str, Any]) -> list[tuple[str, float, float]]:
+    """What blocked the step, one row per cause on the critical path (perfdoctor.blame): (cause, ms, share
+    of the step), largest first, then the residual when there is one; they add up to the step."""
+    step = m.get("step.time_ms")
+    if not step or m.get("blocking.residual_ms") is None:
+        return []
+    rows = [(key.removeprefix("blocking.").removesuffix("_ms").replace("_", ".", 1), float(v), float(v) / step)
+            for key, v in m.items() if key.startswith("blocking.") and key != "blocking.residual_ms"
+            and v is not None and abs(v) >= SHOWN_MS]
+    rows.sort(key=lambda r: -r[1])
+    residual = m["blocking.residual_ms"]
+    if abs(residual) >= SHOWN_MS:
+        rows.append(("residual (not attributed)", residual, residual / step))
+    return rows
+
+
 def ranks(report: Report) -> list[str]:
     """Rank keys of ``metrics.ranks`` in numeric order."""
     return sorted(report.metrics.get("ranks", {}), key=lambda r: (not r.lstrip("-").isdigit(), int(r)

@@ -140,8 +140,8 @@ def _device_block(dev: DeviceSummary, metrics: dict) -> Panel:
                  (f" · {dev.process_name}" if dev.process_name else ""))
     parts: list = [_overview(dev)]
     if dev.device_id is not None:
-        parts += [_measurements(metrics, dev.groups), _categories(dev), _collectives(dev), _streams(dev),
-                  _top_kernels(dev)]
+        parts += [_blocking(metrics), _measurements(metrics, dev.groups), _categories(dev), _collectives(dev),
+                  _streams(dev), _top_kernels(dev)]
         if "memory" in dev.evidence:  # the rank's CUDA memory snapshot
             from perfdoctor.render.memory import memory_tables
 
@@ -191,6 +191,20 @@ def _how_labelled(info: dict | None) -> str:
     return f" [{source}]" if confidence == "high" else f" [{source}, {confidence} confidence]"
 
 
+def _blocking(m: dict) -> Table | None:
+    """Where the median step's time went along its critical path: one line per cause, summing to the step."""
+    rows = sm.blocking(m)
+    if not rows:
+        return None
+    t = Table(title="what blocked the step (critical path)", title_justify="left")
+    t.add_column("cause")
+    t.add_column("ms", justify="right", no_wrap=True)
+    t.add_column("% of step", justify="right", no_wrap=True)
+    for cause, ms, share in rows:
+        t.add_row(Text(cause), f"{ms:,.2f}", f"{100 * share:.1f} %")
+    return t
+
+
 def _measurements(m: dict, groups: dict) -> Table | None:
     """Per-step medians of the measurements (DESIGN §3); rows for unknown values are left out."""
     if m.get("step.time_ms") is None:
@@ -209,7 +223,7 @@ def _measurements(m: dict, groups: dict) -> Table | None:
         t.add_row(Text(name), "–" if ms is None else f"{ms:,.2f}", "–" if frac is None else f"{100 * frac:.1f} %")
 
     row("step time", step, 1.0)
-    row("exposed communication (all groups)", m.get("comm.exposed_ms"), m.get("comm.exposed_fraction"))
+    row("exposed comm, upper bound on blocking (all)", m.get("comm.exposed_ms"), m.get("comm.exposed_fraction"))
     for g in ("dp", "tp", "cp", "pp", "ep", "other"):
         if m.get(f"comm.{g}.time_ms"):
             row(f"  {g.upper()} comm (exposed / total {m[f'comm.{g}.time_ms']:,.2f} ms){_how_labelled(groups.get(g))}",

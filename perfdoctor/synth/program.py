@@ -689,6 +689,7 @@ class StageProgram:
             assert arrivals is not None
             final = max([end, *arrivals])
             if final > end:
+                rec.p2p_wait[len(rec.k_end) - 1] = final - end
                 rec.k_end[-1] = final
                 rec.stream_free[self.s_compute] = max(rec.stream_free[self.s_compute], final)
 

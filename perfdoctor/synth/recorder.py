@@ -122,6 +122,11 @@ class RankRecorder:
     nccl_calls: dict[int, tuple[str, int, int]] = field(default_factory=dict)
     # host activity that explains idle time, independent of labels: (start, end, cause)
     host_ranges: list[tuple[int, int, str]] = field(default_factory=list)
+    # Python work that launches nothing and names no cause (bookkeeping after a synchronize): (start, end);
+    # and per pipeline send/receive kernel index, how long it waited for its peer's data at its end. The
+    # critical-path truth (synth/truth_path.py) needs both; nsys records neither.
+    quiet_host: list[tuple[int, int]] = field(default_factory=list)
+    p2p_wait: dict[int, int] = field(default_factory=dict)
     # tuned norms delayed behind NCCL: (kernel index, delay ns)
     ln_blocked: list[tuple[int, int]] = field(default_factory=list)
     # comm kernels on side streams that may hold SMs: (start, end, stream)
@@ -270,6 +275,8 @@ class RankRecorder:
         self.host += int(ns)
         if cause:
             self.host_ranges.append((start, self.host, cause))
+        elif self.host > start:
+            self.quiet_host.append((start, self.host))
 
     def push(self, text: str, domain: str) -> int:
         """Open an NVTX push/pop range; returns the row index to close with `pop`. NVTX calls cost no

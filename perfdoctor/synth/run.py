@@ -20,6 +20,7 @@ from perfdoctor.synth.scenario import Scenario, load_scenario, scenario_from_dic
 from perfdoctor.synth.simulate import StageResult, config_mark, simulate
 from perfdoctor.synth.straggler import wait_truth
 from perfdoctor.synth.truth import rank_truth
+from perfdoctor.synth.truth_path import path_truth
 from perfdoctor.synth.window import cut_window
 from perfdoctor.synth.writer import SCHEMAS, SESSION_UTC_NS, ProcessOut, write_trace
 
@@ -158,6 +159,8 @@ def run_scenario(
                     "device_id": p.local_rank,
                     **rank_truth(sc, p.recorder, table, _timeline_of(sc, stages, p.rank).step_bounds, offset),
                     **_wait_truth(sc, stages, table, p.rank, offset),
+                    **path_truth(p.recorder, table, _timeline_of(sc, stages, p.rank).step_bounds, offset,
+                                 _timeline_of(sc, stages, p.rank).dp_last),
                 }
                 for p in procs
             },

@@ -61,6 +61,7 @@ def _shift(rec: RankRecorder, bounds: list[int], after: int, delay: int) -> None
     rec.syncs = [(moved(s), moved(e), *rest) for s, e, *rest in rec.syncs]
     rec.nvtx = [(moved(s), moved(e), *rest) for s, e, *rest in rec.nvtx]
     rec.host_ranges = [(moved(s), moved(e), c) for s, e, c in rec.host_ranges]
+    rec.quiet_host = [(moved(s), moved(e)) for s, e in rec.quiet_host]
     bounds[:] = [moved(t) for t in bounds]
 
 

@@ -45,7 +45,8 @@ def test_rank_rules_are_judged_on_the_run(catalog, busy0, busy1, fires, ranks):
                                                                   (15, "medium", "medium"), (5000, "high", "high")])
 def test_severity_needs_evidence(catalog, kernels, severity, confidence):
     """Launch gaps of 40 % of the step: HIGH by ratio, but 2 or 5 kernels cannot carry a HIGH finding."""
-    ctx = Context(metrics={"step.time_ms": 10.0, "host.launch_bound_ms": 4.0}, device=_dev(kernels=kernels))
+    ctx = Context(metrics={"step.time_ms": 10.0, "host.launch_bound_ms": 4.0, "blocking.host_launch_ms": 4.0},
+                  device=_dev(kernels=kernels))
     found = _by_rule(evaluate_rules([catalog["host-launch-bound"]], {"0": ctx}, Context(metrics={})))
     finding = found["host-launch-bound"]
     assert finding["severity"] == severity
@@ -53,7 +54,8 @@ def test_severity_needs_evidence(catalog, kernels, severity, confidence):
 
 
 def test_window_and_heuristic_labels_lower_confidence_and_say_so(catalog):
-    ctx = Context(metrics={"step.time_ms": 300.0, "comm.cp.exposed_fraction": 0.06, "comm.cp.exposed_ms": 18.0},
+    ctx = Context(metrics={"step.time_ms": 300.0, "comm.cp.exposed_fraction": 0.06, "comm.cp.exposed_ms": 18.0,
+                           "blocking.transfer_cp_ms": 18.0},
                   device=_dev(steps=1, source="window", group_label_source={"cp": "heuristic"},
                               group_confidence={"cp": "low"}))
     finding = _by_rule(evaluate_rules([catalog["exposed-cp-comm"]], {"0": ctx}, Context(metrics={})))["exposed-cp-comm"]
@@ -69,7 +71,8 @@ def test_window_and_heuristic_labels_lower_confidence_and_say_so(catalog):
 
 def test_overlapping_findings_name_each_other_and_are_not_added(catalog):
     ctx = Context(metrics={"step.time_ms": 100.0, "comm.dp.exposed_fraction": 0.4, "comm.dp.exposed_ms": 40.0,
-                           "comm.dp.time_ms": 40.0, "comm.dp.fp32_fraction": 1.0, "host.gc_ms": 5.0},
+                           "comm.dp.time_ms": 40.0, "comm.dp.fp32_fraction": 1.0, "host.gc_ms": 5.0,
+                           "blocking.transfer_dp_ms": 40.0, "blocking.host_gc_ms": 5.0},
                   device=_dev())
     rules = [catalog[r] for r in ("exposed-dp-comm", "dp-grad-reduce-fp32", "gc-pause")]
     findings = evaluate_rules(rules, {"0": ctx}, Context(metrics={}))
@@ -103,7 +106,8 @@ def test_pipeline_what_if_follows_bubble_theory(catalog):
 
 
 def test_megatron_knobs_are_the_fix_only_for_megatron(catalog):
-    ctx = Context(metrics={"step.time_ms": 100.0, "host.launch_bound_ms": 20.0, "ln.blocked_count": 4.0,
+    ctx = Context(metrics={"step.time_ms": 100.0, "host.launch_bound_ms": 20.0, "blocking.host_launch_ms": 20.0,
+                           "ln.blocked_count": 4.0,
                            "ln.blocked_ms": 6.0}, device=_dev())
     rules = [catalog["host-launch-bound"], catalog["ln-sm-margin"]]
     megatron = _by_rule(evaluate_rules(rules, {"0": ctx}, Context(metrics={}), "megatron-bridge"))
@@ -121,7 +125,7 @@ def test_megatron_knobs_are_the_fix_only_for_megatron(catalog):
 
 def test_host_to_device_streaming_gets_copy_overlap_advice_not_nccl_knobs(catalog):
     """Weights streamed host-to-device with no offloading configured: the copies are the program's own."""
-    ctx = Context(metrics={"step.time_ms": 300.0, "memcpy.exposed_ms": 285.0}, device=_dev())
+    ctx = Context(metrics={"step.time_ms": 300.0, "memcpy.exposed_ms": 285.0, "blocking.copy_ms": 285.0}, device=_dev())
     for framework in ("pytorch", "unknown", "megatron-core"):
         finding = _by_rule(evaluate_rules([catalog["cpu-offload-exposed"]], {"0": ctx}, Context(metrics={}),
                                           framework))["cpu-offload-exposed"]

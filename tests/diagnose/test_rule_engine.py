@@ -170,8 +170,10 @@ def test_margin_already_set_gives_next_step(catalog):
 
 def test_median_impact_worst_rank_and_sorting(catalog):
     rules = [catalog["gc-pause"], catalog["exposed-dp-comm"]]
-    contexts = {"0": _ctx(**{"host.gc_ms": 2.0}), "1": _ctx(**{"host.gc_ms": 6.0}), "2": _ctx(**{"host.gc_ms": 0.1}),
-                "3": _ctx(**{"comm.dp.exposed_fraction": 0.3, "comm.dp.exposed_ms": 30.0, "comm.dp.time_ms": 30.0})}
+    contexts = {"0": _ctx(**{"blocking.host_gc_ms": 2.0}), "1": _ctx(**{"blocking.host_gc_ms": 6.0}),
+                "2": _ctx(**{"blocking.host_gc_ms": 0.1}),
+                "3": _ctx(**{"comm.dp.exposed_fraction": 0.3, "comm.dp.exposed_ms": 30.0, "comm.dp.time_ms": 30.0,
+                             "blocking.transfer_dp_ms": 30.0})}
     findings = evaluate_rules(rules, contexts, Context(metrics={}))
     assert [f["rule"] for f in findings] == ["exposed-dp-comm", "gc-pause"]
     gc = findings[1]
@@ -190,7 +192,8 @@ def test_rules_without_simulator_coverage(catalog):
                                                  "memory.peak_allocated_bytes": 40 * gib}, device=device),
         "memory-headroom": Context(metrics={"memory.peak_reserved_bytes": 30 * gib}, device=device,
                                    config={"tp": 4, "recompute_granularity": "full"}),
-        "cpu-offload-exposed": Context(metrics={"step.time_ms": 100.0, "memcpy.exposed_ms": 9.0},
+        "cpu-offload-exposed": Context(metrics={"step.time_ms": 100.0, "memcpy.exposed_ms": 9.0,
+                                                "blocking.copy_ms": 9.0},
                                        config={"cpu_offloading": True}),
         "dp-small-buckets": _ctx(**{"comm.dp.kernels_per_step": 64.0, "comm.dp.median_kernel_us": 120.0,
                                     "comm.dp.exposed_fraction": 0.08, "comm.dp.exposed_ms": 8.0}),

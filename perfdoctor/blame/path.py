@@ -1,0 +1,380 @@
+"""The critical path of each step of one rank, walked back from the step's end (DESIGN §3).
+
+From the op that ends the step last, each op's time is blamed on its cause, then the walk follows the
+op's binding edge (:mod:`perfdoctor.blame.graph`):
+
+- a device edge (stream order, event): to the op it waited for; the few us between that op's end and
+  this one's start are this op's start latency, blamed with it; a longer gap that no recorded or inferred
+  edge explains is left unattributed (the residual);
+- a launch edge: the host was late. The launch call's own time until the op started is ``host.launch``;
+  then the walk continues on the launching thread back in time: its time is blamed on what it was doing
+  (:class:`perfdoctor.blame.causes.HostRanges`) back to the end of its last blocking call (synchronize,
+  blocking copy, ``.item()``). That call returned when the device drained: the wait from the end of the
+  last op that had ended to the return is ``host.sync``, and the walk goes on from that op.
+
+The segments cover the step exactly once, back to back, so the causes plus the residual add up to the
+step. Steps are walked one at a time (a Python loop over the ops on the path, on plain lists); the graph
+itself is built once per rank with numpy. Collective ops are blamed on their group's transfer here; the
+cross-rank join splits off the part spent waiting for a late peer (:mod:`perfdoctor.blame.join`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from perfdoctor.blame.causes import CAUSES, CODE, HostRanges
+from perfdoctor.blame.graph import LAUNCH, NONE, Edges, Ops
+from perfdoctor.blame.whatif import Replay
+from perfdoctor.measure import intervals as iv
+from perfdoctor.measure.host import BLOCKING_API
+from perfdoctor.measure.steps import Steps
+from perfdoctor.model import Timeline
+
+# A device op starts this long after the op it waited for at most (the device's own latency); a longer
+# gap with no edge that explains it is not blamed on anything.
+START_LATENCY_NS = 20_000
+HOST = -1  # ``what`` of host segments
+# Causes on less of the step than this are not replayed (no rule fires below 1 % of the step; each replay
+# is a pass over the step's ops): their what-if is unknown.
+WHATIF_SHARE = 0.01
+# A replay is a Python pass over the step's ops per cause (~3 us an op): steps with more ops than this are
+# not replayed (their what-ifs are unknown), so a million-kernel window stays a matter of seconds.
+REPLAY_MAX_OPS = 50_000
+COMM = tuple(CODE[c] for c in CAUSES if c.startswith("transfer.") or c == "pipeline.p2p")
+
+
+class Segments:
+    """Segments of one step's path, latest first: [start, end) blamed on ``cause``; ``op`` the device op
+    (index into the Ops) or HOST; ``inferred`` when the edge into the segment was inferred. Device chains
+    arrive as arrays and stay arrays; the few host segments are buffered as tuples."""
+
+    NAMES = ("start", "end", "cause", "op", "inferred")
+
+    def __init__(self) -> None:
+        self._chunks: list[tuple[np.ndarray, ...]] = []
+        self._rows: list[tuple[int, int, int, int, bool]] = []
+
+    def extend(self, start: np.ndarray, end: np.ndarray, cause: np.ndarray, op: np.ndarray,
+               inferred: np.ndarray) -> None:
+        """Many segments at once (a device chain), latest first; empty ones are left out."""
+        self._flush()
+        keep = end > start
+        self._chunks.append((start[keep], end[keep], cause[keep].astype(np.int64), op[keep].astype(np.int64),
+                             inferred[keep]))
+
+    def add(self, start: int, end: int, cause: int, op: int = HOST, inferred: bool = False) -> None:
+        if end > start:
+            self._rows.append((int(start), int(end), int(cause), int(op), bool(inferred)))
+
+    def columns(self) -> dict[str, np.ndarray]:
+        """The segments as columns, latest first."""
+        self._flush()
+        if not self._chunks:
+            return {name: np.zeros(0, dtype=bool if name == "inferred" else np.int64) for name in self.NAMES}
+        return {name: np.concatenate([c[j] for c in self._chunks]) for j, name in enumerate(self.NAMES)}
+
+    def _flush(self) -> None:
+        if self._rows:
+            cols = list(zip(*self._rows))
+            self._chunks.append(tuple(np.array(c, dtype=bool if j == 4 else np.int64) for j, c in enumerate(cols)))
+            self._rows = []
+
+
+@dataclass
+class RankPath:
+    """One rank's blame: per step (rows, aligned with its steps) ns per cause (columns: CAUSES) and the
+    unattributed rest; the comm segments on the paths (for the cross-rank join); the representative
+    step's segments (in time order) for the report's ``path``."""
+
+    by_cause: np.ndarray  # float64 [steps, causes]
+    residual: np.ndarray  # float64 [steps]
+    durations: np.ndarray  # int64 [steps]
+    comm_step: np.ndarray  # per comm segment: step, collective instance (−1: none), start, end, cause
+    comm_instance: np.ndarray
+    comm_start: np.ndarray
+    comm_end: np.ndarray
+    comm_cause: np.ndarray
+    representative: int
+    path: dict[str, list] = field(default_factory=dict)  # start, end, cause (name), what, inferred, op
+    # The representative step replayed without each cause on its path (perfdoctor.blame.whatif): ns saved.
+    saving: dict[str, int] = field(default_factory=dict)
+
+
+class _Walker:
+    """The per-rank state of the walk: the graph as plain lists, the host's blocking calls per thread."""
+
+    def __init__(self, tl: Timeline, ops: Ops, edges: Edges) -> None:
+        # numpy columns, read an element at a time only where the walk leaves a device chain (few per step)
+        self.start, self.end, self.cause, self.tid = ops.start, ops.end, ops.cause, ops.tid
+        self.bind, self.kind, self.src = edges.bind, edges.kind, edges.src
+        self.ready, self.inferred = edges.ready, edges.inferred
+        self.by_end = np.argsort(ops.end, kind="stable")
+        self.ends = ops.end[self.by_end]
+        self.host = HostRanges(tl)
+        self.blocking = _blocking(tl)
+        known = ops.tid[ops.tid >= 0]
+        values, counts = np.unique(known, return_counts=True)
+        self.main_tid = int(values[np.argmax(counts)]) if values.size else -1
+        self.tail_tid = self.main_tid  # the thread that ended the last step walked
+        self._chains(ops, edges)
+
+    def _chains(self, ops: Ops, edges: Edges) -> None:
+        """Device chains: per op the op its binding device edge leads to when the op started within
+        START_LATENCY_NS of it (``link``, else NONE), and binary-lifting tables over those links, so a run
+        of device-bound ops is walked with numpy instead of op by op."""
+        n = len(ops)
+        b = np.maximum(edges.bind, 0)
+        has = (edges.bind >= 0) if n else np.zeros(0, dtype=bool)
+        ready = np.minimum(edges.ready[b], ops.start) if n else np.zeros(0, dtype=np.int64)
+        link = has & (edges.kind[b] != LAUNCH) & (ops.start - ready <= START_LATENCY_NS) if n else has
+        self.link = np.where(link, edges.src[b], NONE) if n else np.zeros(0, dtype=np.int64)
+        self.link_ready = ready
+        self.link_inferred = (edges.inferred[b] & link) if n else np.zeros(0, dtype=bool)
+        self.starts = ops.start
+        self.causes = ops.cause
+        up = np.where(self.link >= 0, self.link, np.arange(n)).astype(np.int32 if n < 2**31 else np.int64)
+        self.lift = [up]
+        while len(self.lift) < 64 and not np.array_equal(self.lift[-1][self.lift[-1]], self.lift[-1]):
+            self.lift.append(self.lift[-1][self.lift[-1]])
+        self.depth = (self.link >= 0).astype(np.int64)  # links from each op to the end of its chain
+        for table in self.lift:
+            self.depth = self.depth + self.depth[table]
+
+    def _chain(self, seg: Segments, n: int, t: int, lo: int) -> tuple[int, int]:
+        """Blame the device chain from op ``n`` (its time up to ``t``) back along its links to the first
+        op with no link or that started at or before ``lo``; returns that op and the end of its segment."""
+        cur = n
+        for j in range(len(self.lift) - 1, -1, -1):  # the furthest op along the links still after lo
+            cand = int(self.lift[j][cur])
+            if cand != cur and self.starts[cand] > lo:
+                cur = cand
+        k = int(self.depth[n] - self.depth[cur]) + (1 if self.link[cur] >= 0 else 0)  # and the op at/before lo
+        ks = np.arange(k + 1)
+        chain = np.full(k + 1, n, dtype=np.int64)
+        for j, table in enumerate(self.lift):
+            if not (k >> j):
+                break
+            step = ((ks >> j) & 1).astype(bool)
+            chain[step] = table[chain[step]]
+        start = self.starts[chain]
+        ready = self.link_ready[chain]  # the end of the next op, as far as this one could see it
+        op_end = np.concatenate(([t], ready[:-1]))
+        starts = np.empty(2 * chain.size - 1, dtype=np.int64)
+        ends = np.empty_like(starts)
+        starts[0::2], ends[0::2] = np.maximum(start, lo), op_end
+        starts[1::2], ends[1::2] = np.maximum(ready[:-1], lo), start[:-1]
+        ops = np.repeat(chain, 2)[:-1]
+        inferred = np.zeros(starts.size, dtype=bool)
+        inferred[1::2] = self.link_inferred[chain[:-1]]
+        seg.extend(starts, ends, self.causes[ops].astype(np.int64), ops, inferred)
+        return int(chain[-1]), int(op_end[-1])
+
+    def last_ended(self, t: int) -> int:
+        """The op that ended last at or before ``t`` (NONE if none)."""
+        j = int(np.searchsorted(self.ends, t, side="right")) - 1
+        return int(self.by_end[j]) if j >= 0 else NONE
+
+    def step(self, lo: int, hi: int, first: int, stop: int) -> tuple[Segments, int]:
+        """Walk [lo, hi) back from its end; ``first:stop`` are the ops that start inside it. Returns the
+        segments and the ns left unattributed."""
+        seg, residual = self._walk(lo, hi, first, stop)
+        return seg, int(residual)
+
+    def _walk(self, lo: int, hi: int, first: int, stop: int) -> tuple[Segments, int]:
+        seg = Segments()
+        residual = 0
+        if stop > first:
+            clipped = np.minimum(np.asarray(self.end[first:stop]), hi)
+            n = first + int(np.argmax(clipped))
+            t = int(clipped[n - first])
+        else:
+            n, t = NONE, lo
+        self.tail_tid = self._tail_thread(t, hi, n)
+        if t < hi:  # the device had finished: the step's end is on the host
+            found = self._host(seg, hi, self.tail_tid, lo)
+            if found is None:
+                return seg, 0
+            n, t = found
+            if n == NONE:
+                return seg, 0
+        for _ in range(len(self.start) + 1):  # each turn moves to an op that ended no later: no cycles
+            if n == NONE:
+                break
+            n, t = self._chain(seg, n, t, lo)
+            s = self.start[n]
+            if s <= lo:
+                break
+            b = self.bind[n]
+            if b == NONE:
+                residual += s - lo
+                break
+            r = self.ready[b]
+            if self.kind[b] == LAUNCH:
+                seg.add(max(r, lo), s, CODE["host.launch"], n)
+                if r <= lo:
+                    break
+                found = self._host(seg, r, self.tid[n], lo)
+                if found is None:
+                    break
+                n, t = found
+                continue
+            r = min(r, s)  # a device edge with a gap longer than the start latency: not explained
+            residual += s - max(r, lo)
+            if r <= lo:
+                break
+            n, t = self.src[b], r
+        return seg, residual
+
+    def _tail_thread(self, t: int, hi: int, last: int) -> int:
+        """The thread that ended the step after the device finished at ``t``: the one whose blocking call
+        returned last in (t, hi] (it waited for the device; PyTorch's autograd thread launches the
+        backward pass but the training loop's thread synchronises), else the last op's launching thread."""
+        best, when = NONE, t
+        for tid, (_, ends) in self.blocking.items():
+            j = int(np.searchsorted(ends, hi, side="right")) - 1
+            if j >= 0 and ends[j] > when:
+                best, when = tid, int(ends[j])
+        if best != NONE:
+            return best
+        return self.tid[last] if last != NONE and self.tid[last] >= 0 else self.main_tid
+
+    def _host(self, seg: Segments, t: int, tid: int, lo: int) -> tuple[int, int] | None:
+        """Walk the host back from ``t`` on thread ``tid``: its work (by cause) back to its last blocking
+        call, whose return the device's drain bound. A long quiet stretch of the thread while another
+        thread called CUDA is the thread waiting for that one (the training loop in ``backward()`` while
+        autograd's thread launches): the walk goes on along the other thread from its last call. Returns
+        the op the walk continues from and its end, or None when the host reached the step's start."""
+        for _ in range(len(self.start) + 1):  # every turn moves back in time
+            if t <= lo:
+                return None
+            calls = self.blocking.get(tid)
+            j = int(np.searchsorted(calls[0], t, side="left")) - 1 if calls is not None else -1
+            floor = max(min(int(calls[1][j]), t), lo) if j >= 0 else lo
+            handoff = self.host.handoff(floor, t, tid)
+            if handoff is not None:
+                resume, other, other_t = handoff
+                self._host_work(seg, resume, t, tid)
+                seg.add(other_t, resume, CODE["host.launch"])
+                t, tid = other_t, other
+                continue
+            if j < 0 or calls[1][j] <= lo:
+                self._host_work(seg, lo, t, tid)
+                return None
+            c0, c1 = int(calls[0][j]), min(int(calls[1][j]), t)
+            self._host_work(seg, c1, t, tid)
+            q = self.last_ended(c1)
+            if q != NONE and self.end[q] > max(c0, lo):
+                seg.add(self.end[q], c1, CODE["host.sync"])
+                return q, self.end[q]
+            seg.add(max(c0, lo), c1, CODE["host.sync"])
+            t = c0
+        return None
+
+    def _host_work(self, seg: Segments, a: int, b: int, tid: int) -> None:
+        """[a, b) of host work, split by cause; the pieces are laid back to back (their order inside the
+        interval is not a dependency, only their sum matters)."""
+        t = b
+        for cause, ns in self.host.split(a, b, tid):
+            seg.add(t - ns, t, CODE[cause])
+            t -= ns
+
+
+def _blocking(tl: Timeline) -> dict[int, iv.Intervals]:
+    """Per thread, the merged intervals of its blocking CUDA calls."""
+    api = tl.api
+    if not len(api):
+        return {}
+    rows = api["name"].where(lambda name: bool(BLOCKING_API.match(str(name))))
+    s, e, tid = api.col("start")[rows], api.col("end")[rows], api.col("tid")[rows]
+    return {int(t): iv.union(s[tid == t], e[tid == t]) for t in np.unique(tid).tolist()}
+
+
+def rank_path(tl: Timeline, ops: Ops, edges: Edges, steps: Steps, instances: np.ndarray) -> RankPath:
+    """Every step of one rank walked back (see the module docstring). ``instances``: the kernel rows of the
+    rank's collective instances in order (perfdoctor.measure.collectives), so the join can find the peers'
+    arrivals of each comm segment."""
+    walker = _Walker(tl, ops, edges)
+    n = len(steps)
+    by_cause = np.zeros((n, len(CAUSES)))
+    residual = np.zeros(n)
+    comm: list[list[np.ndarray]] = [[], [], [], [], []]
+    durations = steps.durations.astype(np.int64)
+    rep = int(np.argsort(durations, kind="stable")[(n - 1) // 2]) if n else 0  # the (lower) median step
+    path: dict[str, list] = {}
+    saving: dict[str, int] = {}
+    firsts = np.searchsorted(ops.start, steps.starts, side="left")
+    stops = np.searchsorted(ops.start, steps.ends, side="left")
+    for i, (lo, hi, first, stop) in enumerate(zip(steps.starts.tolist(), steps.ends.tolist(), firsts.tolist(),
+                                                  stops.tolist())):
+        seg, rest = walker.step(lo, hi, first, stop)
+        cols = seg.columns()
+        cause, op = cols["cause"], cols["op"]
+        by_cause[i] = np.bincount(cause, weights=cols["end"] - cols["start"], minlength=len(CAUSES))
+        residual[i] = rest
+        on_comm = np.isin(cause, COMM)
+        comm[0].append(np.full(int(on_comm.sum()), i, dtype=np.int64))
+        comm[1].append(_instance_of(ops.kernel[op[on_comm]], instances))
+        comm[2].append(cols["start"][on_comm])
+        comm[3].append(cols["end"][on_comm])
+        comm[4].append(cause[on_comm])
+        if i == rep:
+            worth = [c for c in np.flatnonzero(by_cause[i] >= WHATIF_SHARE * (hi - lo)).tolist()
+                     if CAUSES[c] != "host.sync"] if stop - first <= REPLAY_MAX_OPS else []
+            if worth:
+                replay = Replay(ops, edges, walker, lo, hi, first, stop, walker.tail_tid)
+                saving = {CAUSES[c]: replay.saving(c) for c in worth}
+            path = _compact(tl, ops, {k: v[::-1] for k, v in cols.items()}, instances)
+    arrays = [np.concatenate(c) if c else np.zeros(0, dtype=np.int64) for c in comm]
+    return RankPath(by_cause, residual, durations, *arrays, representative=rep, path=path, saving=saving)
+
+
+def _instance_of(kernel: np.ndarray, instances: np.ndarray, valid: np.ndarray | None = None) -> np.ndarray:
+    """Collective instance index of each kernel row (−1: not an instance, or not a kernel)."""
+    pos = np.minimum(np.searchsorted(instances, kernel), max(instances.size - 1, 0))
+    hit = (kernel >= 0) & (instances.size > 0) & (instances[pos] == kernel) if instances.size else \
+        np.zeros(kernel.size, dtype=bool)
+    if valid is not None:
+        hit &= valid
+    return np.where(hit, pos, -1)
+
+
+def _compact(tl: Timeline, ops: Ops, cols: dict[str, np.ndarray], instances: np.ndarray) -> dict[str, list]:
+    """The representative step's segments (time order) for the report: adjacent segments of one cause
+    merged, except collectives (the cross-rank join splits each at its own last arrival); each run named
+    by its first segment: the kernel's name, copy/fill, or the host's activity (names are decoded for these
+    runs only, never for every op)."""
+    start, end, cause, op = cols["start"], cols["end"], cols["cause"], cols["op"]
+    if not start.size:
+        return {}
+    comm = np.isin(cause, COMM)
+    new_run = np.ones(start.size, dtype=bool)
+    new_run[1:] = (cause[1:] != cause[:-1]) | (start[1:] != end[:-1]) | comm[1:] | comm[:-1]
+    heads = np.flatnonzero(new_run)
+    last = np.append(heads[1:], start.size) - 1
+    inferred = np.logical_or.reduceat(cols["inferred"], heads)
+    head_op = op[heads]
+    kernel = np.where(head_op >= 0, ops.kernel[np.maximum(head_op, 0)], -1)
+    names = tl.kernels["short_name"] if len(tl.kernels) and "short_name" in tl.kernels else None
+    decoded = (names[kernel[kernel >= 0]].decode() if names is not None and (kernel >= 0).any()
+               else np.zeros(0, dtype=object))
+    what, k = [], 0
+    for c, kern in zip(cause[heads].tolist(), kernel.tolist()):
+        name = CAUSES[c]
+        if name.startswith("host."):
+            what.append(HOST_WHAT[name])
+        elif kern >= 0:
+            what.append(str(decoded[k]) if names is not None else "device op")
+        else:
+            what.append("copy" if name == "copy" else "device op")
+        k += kern >= 0
+    return {"start": start[heads].tolist(), "end": end[last].tolist(),
+            "cause": [CAUSES[c] for c in cause[heads].tolist()], "what": what, "inferred": inferred.tolist(),
+            "instance": _instance_of(kernel, instances, head_op >= 0).tolist()}
+
+
+HOST_WHAT = {"host.launch": "CPU issuing launches (Python and launch overhead)", "host.data": "data loading",
+             "host.gc": "garbage collection", "host.optimizer": "optimizer step on the CPU",
+             "host.outside_ops": "host work outside profiled ops (GC, I/O, Python)",
+             "host.sync": "waiting for the device to drain (synchronize / blocking copy / .item())"}

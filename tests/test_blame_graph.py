@@ -1,0 +1,49 @@
+"""The dependency graph of one rank (perfdoctor.blame.graph), one dependency kind at a time, on simulated
+traces whose scheduler is known (synth/recorder.py): a kernel after its launch call, after its stream's
+previous op, after another stream's op it waited for (nsys records the stream wait: not inferred; the
+Kineto twin does not: inferred)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from perfdoctor.blame.graph import EVENT, LAUNCH, STREAM, device_ops, edges
+from perfdoctor.classify.groups import label_groups
+from perfdoctor.classify.timeline import copy_classes, kernel_classes
+from perfdoctor.load.run import load_trace
+from perfdoctor.synth import run_scenario
+
+SCENARIOS = Path(__file__).resolve().parent.parent / "perfdoctor" / "synth" / "scenarios"
+
+
+def _graph(path: Path):
+    _, timelines = load_trace(path, detail=False)
+    tl = next(t for t in timelines if t.device_id is not None)
+    kcls = kernel_classes(tl.kernels)
+    ops = device_ops(tl, kcls, copy_classes(tl.memcpy), label_groups(tl, kcls, {}))
+    return ops, edges(ops, tl.sync)
+
+
+@pytest.mark.parametrize("fmt", ["sqlite", "kineto"])
+def test_each_dependency_kind_binds_where_the_simulator_made_it(tmp_path: Path, fmt: str) -> None:
+    ops, e = _graph(run_scenario(SCENARIOS / "exposed_cp.yaml", tmp_path, fmt=fmt)[0])
+    bound = e.bind >= 0
+    kind = e.kind[e.bind[bound]]
+    assert {LAUNCH, STREAM, EVENT} <= set(kind.tolist())
+    # A binding edge was satisfied no later than the op started, and its source ended by then.
+    assert (e.ready[e.bind[bound]] <= ops.start[bound]).all()
+    dev = e.src[e.bind[bound]]
+    assert (ops.end[dev[dev >= 0]] <= ops.start[bound][dev >= 0]).all()
+    # Event edges join different streams; stream edges the same one.
+    ev = np.flatnonzero(bound)[kind == EVENT]
+    st = np.flatnonzero(bound)[kind == STREAM]
+    assert (ops.stream[e.src[e.bind[ev]]] != ops.stream[ev]).all()
+    assert (ops.stream[e.src[e.bind[st]]] == ops.stream[st]).all()
+    recorded = ~e.inferred[e.bind[ev]]
+    if fmt == "sqlite":  # cudaStreamWaitEvent left a synchronization record
+        assert recorded.mean() > 0.5
+    else:
+        assert not recorded.any()
