@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from perfdoctor import __version__
+from perfdoctor.config_values import MAX_SIZE
 from perfdoctor.errors import PerfdoctorError, UsageError
 from perfdoctor.outputs import check_outputs, flush_stdout, stdout_error, write_stdout, write_text
 
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
 
 PATH = click.Path(path_type=Path)  # as given; an existing path must be readable
 FORMATS = click.Choice(["terminal", "json"])
+SIZE = click.IntRange(min=1, max=MAX_SIZE)  # parallel sizes, micro-batches: bounded before anything uses them
 PLOTLY_JS = click.Choice(["inline", "cdn"])
 
 
@@ -100,13 +102,13 @@ def _gib_bytes(gib: float | None) -> int | None:
 @argument("paths", nargs=-1, required=True, type=PATH, help="nsys SQLite exports, or run directories holding them.")
 @click.option("--format", "-f", "output_format", type=FORMATS, default="terminal", help="Output format.")
 @click.option("--output", "-o", type=PATH, help="Write to FILE instead of stdout.")
-@click.option("--tp", type=int, help="Tensor-parallel size, if the trace does not say.")
-@click.option("--pp", type=int, help="Pipeline-parallel size.")
-@click.option("--vpp", type=int, help="Virtual pipeline stages per rank.")
-@click.option("--cp", type=int, help="Context-parallel size.")
-@click.option("--dp", type=int, help="Data-parallel size.")
-@click.option("--ep", type=int, help="Expert-parallel size.")
-@click.option("--num-microbatches", type=int, help="Micro-batches per step.")
+@click.option("--tp", type=SIZE, help="Tensor-parallel size, if the trace does not say.")
+@click.option("--pp", type=SIZE, help="Pipeline-parallel size.")
+@click.option("--vpp", type=SIZE, help="Virtual pipeline stages per rank.")
+@click.option("--cp", type=SIZE, help="Context-parallel size.")
+@click.option("--dp", type=SIZE, help="Data-parallel size.")
+@click.option("--ep", type=SIZE, help="Expert-parallel size.")
+@click.option("--num-microbatches", type=SIZE, help="Micro-batches per step.")
 @click.option("--html", type=PATH, help="Also write a self-contained HTML report.")
 @click.option("--markdown", type=PATH, help="Also write a Markdown report (PR comment).")
 @click.option("--plotly-js", type=PLOTLY_JS, default="inline", help="HTML: inline plotly.js (offline) or a CDN link.")
@@ -234,8 +236,8 @@ def diff(base: Path, head: Path, output_format: str, output: Path | None, html: 
 
     keep_freed_memory()
 
-    if fail_on_regression is not None and fail_on_regression < 0:
-        raise UsageError("--fail-on-regression must be a percentage >= 0")
+    if fail_on_regression is not None and not (fail_on_regression >= 0 and math.isfinite(fail_on_regression)):
+        raise UsageError(f"--fail-on-regression must be a finite percentage >= 0, not {fail_on_regression}")
     check_outputs({"--output": output, "--html": html, "--markdown": markdown},
                   [base, head, *([config_file] if config_file else [])])
     config, sources = user_config(config_file, {})
