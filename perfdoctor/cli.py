@@ -434,6 +434,9 @@ def main() -> None:
         _exit_interrupted_or(exc.exit_code)
     except (click.Abort, KeyboardInterrupt):
         _fail("interrupted", 130)
+    except PermissionError as exc:  # an input (or a folder above it) this user may not read or enter
+        _fail(f"{exc.filename or exc}: permission denied (this user cannot read it, or cannot enter a folder "
+              "above it)", 2)
     except click.ClickException as exc:  # usage errors carry their own exit code
         _fail(f"{exc.format_message()} (see `perfdoctor --help`)", exc.exit_code)
     except Exception as exc:
