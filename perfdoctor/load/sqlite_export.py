@@ -15,9 +15,12 @@ Two connections serve two purposes:
   before connectorx would be imported. connectorx hands its columns over as Arrow C structs, copied
   into numpy by :mod:`perfdoctor.load.arrow_c` without importing pyarrow.
 
-connectorx cannot be asked for ``mode=ro``, so it is only handed a file that the read-only
-connection has already opened and validated, and never one with a hot journal or WAL beside it (a
-read-write connection could roll that journal back into the user's file).
+connectorx cannot be asked for ``mode=ro`` (it opens the path read-write, creating it if it is
+missing, and takes ``?mode=ro`` as part of the file name), so it is only handed a file that the
+read-only connection has already opened and validated: never one with a hot journal or WAL beside it
+(a read-write connection could roll that journal back into the user's file), and never one in WAL
+journal mode (a read-write open of it creates ``-wal`` and ``-shm`` files beside it, and may
+checkpoint into it on close). Such a file is refused with the command that converts a copy.
 """
 
 from __future__ import annotations
@@ -36,6 +39,10 @@ from perfdoctor.load import arrow_c
 from perfdoctor.load.file_kind import SQLITE_MAGIC, not_sqlite_reason
 from perfdoctor.table import Table
 
+HEADER_BYTES = 100
+# Bytes 18 and 19 of the header, the file format's write and read versions: 2 (both) in WAL journal mode.
+WAL_VERSION_BYTES = slice(18, 20)
+WAL_MODE = b"\x02\x02"
 # Event tables up to this many rows are read through sqlite3 (docs/benchmarks.md, "SQLite readers").
 SMALL_TABLE_ROWS = 50_000
 
@@ -46,7 +53,9 @@ class SqliteExport:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._check_file()
-        uri = "file:" + urllib.parse.quote(str(path.resolve())) + "?mode=ro"
+        # immutable: SQLite takes no locks and opens no journal, so not even a -shm or -journal file
+        # appears beside the input (a hot journal or a WAL file was refused above)
+        uri = "file:" + urllib.parse.quote(str(path.resolve())) + "?mode=ro&immutable=1"
         try:
             self.conn = sqlite3.connect(uri, uri=True)
             rows = self.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
@@ -63,11 +72,17 @@ class SqliteExport:
             raise InputError(f"{path}: not a file")
         try:
             with path.open("rb") as fh:
-                head = fh.read(len(SQLITE_MAGIC))
+                head = fh.read(HEADER_BYTES)
         except OSError as exc:
             raise InputError(f"{path}: cannot read ({exc.strerror})") from None
-        if head != SQLITE_MAGIC:
+        if head[:len(SQLITE_MAGIC)] != SQLITE_MAGIC:
             raise InputError(f"{path}: {not_sqlite_reason(path)}")
+        if head[WAL_VERSION_BYTES] == WAL_MODE:
+            raise InputError(
+                f"{path}: SQLite file in WAL journal mode (nsys never writes one): reading it would create "
+                f"{path.name}-wal and {path.name}-shm beside it; convert a copy and analyse that: "
+                f"cp '{path}' /tmp/export.sqlite && sqlite3 /tmp/export.sqlite 'PRAGMA journal_mode=DELETE'"
+            )
         for suffix in ("-journal", "-wal"):
             side = path.with_name(path.name + suffix)
             if side.exists() and side.stat().st_size > 0:
