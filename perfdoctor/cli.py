@@ -316,9 +316,9 @@ def memory(paths: tuple[Path, ...], output_format: str, output: Path | None, dev
 @click.option("--force", is_flag=True, help="Write into a non-empty run directory, overwriting files of the same "
                                             "names.")
 @click.option("--analyze", "run_analyze", is_flag=True, help="Run `perfdoctor analyze RUN_DIR` at the end.")
-@click.option("--keep-reports", default="yes", help=(
-    "yes, or no: delete each .nsys-rep once its scrubbed SQLite export is written (reports hold the unredacted "
-    "environment; use no for runs you will share)."))
+@click.option("--keep-reports", default="no", help=(
+    "no: delete each .nsys-rep once its scrubbed SQLite export is written; yes: keep it (owner-only; a report "
+    "holds the run's environment and command line unredacted, secrets included)."))
 @click.pass_context
 def capture(ctx: click.Context, out: Path | None, steps: str | None, ranks: str, per_rank: bool | None, memory: bool,
             memory_max_entries: int, nsys_arg: tuple[str, ...], nsys: str | None, force: bool, run_analyze: bool,

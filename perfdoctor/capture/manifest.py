@@ -45,8 +45,10 @@ def build_manifest(*, run_dir: Path, command: Sequence[str], wrapped: Sequence[s
                    ended: float, exit_code: int | None, capture_exit_code: int, interrupted: str | None,
                    interrupted_during: str | None, signals: int, nsys: Mapping[str, Any],
                    options: Mapping[str, Any], env: Mapping[str, str], files: Sequence[Path],
-                   gpus: Sequence[str], notes: Sequence[str], secrets: Sequence[str] | set[str] = ()) -> dict[str, Any]:
-    """``exit_code`` is the training command's (None: never started); ``capture_exit_code`` perfdoctor's.
+                   gpus: Sequence[str], notes: Sequence[str], secrets: Sequence[str] | set[str] = (),
+                   not_exported: Sequence[Mapping[str, str]] = ()) -> dict[str, Any]:
+    """``exit_code`` is the training command's (None: never started); ``capture_exit_code`` perfdoctor's;
+    ``not_exported``: the reports left without an SQLite export, what that loses and how to export them.
     Every string that comes from the user (command, options, notes, environment) is redacted."""
     ranks = rank_records(run_dir)
     memory = {str(r.get("rank")): r.get("memory", {}) for r in ranks}
@@ -82,6 +84,7 @@ def build_manifest(*, run_dir: Path, command: Sequence[str], wrapped: Sequence[s
         "memory": memory,
         "files": sorted(str(p.relative_to(run_dir)) for p in files),
         "env": {k: redact_text(v, secrets) for k, v in tuning_env(dict(env)).items()},
+        "not_exported": [{k: redact_text(v, secrets) for k, v in entry.items()} for entry in not_exported],
         "notes": [redact_text(n, secrets) for n in notes],
     }
 
