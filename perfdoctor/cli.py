@@ -28,6 +28,7 @@ if TYPE_CHECKING:
 PATH = click.Path(path_type=Path)  # as given; an existing path must be readable
 FORMATS = click.Choice(["terminal", "json"])
 SIZE = click.IntRange(min=1, max=MAX_SIZE)  # parallel sizes, micro-batches: bounded before anything uses them
+MAX_MEMORY_ENTRIES = 1 << 24  # allocator events per rank: each costs the training process memory
 PLOTLY_JS = click.Choice(["inline", "cdn"])
 
 
@@ -309,7 +310,8 @@ def memory(paths: tuple[Path, ...], output_format: str, output: Path | None, dev
     "One report per rank, or one per node (default: per node; per rank under srun alone)."))
 @click.option("--memory/--no-memory", default=True, help=(
     "Record CUDA memory history and dump a snapshot per rank at the end of the window."))
-@click.option("--memory-max-entries", type=int, default=100_000, help="Allocator events kept per rank (ring buffer).")
+@click.option("--memory-max-entries", type=click.IntRange(min=1, max=MAX_MEMORY_ENTRIES), default=100_000,
+              help="Allocator events kept per rank (ring buffer).")
 @click.option("--nsys-arg", multiple=True, help="Extra `nsys profile` argument (repeatable; write "
                                                 "--nsys-arg=--flag=value).")
 @click.option("--nsys", help="The nsys CLI to use (default: nsys on PATH).")
@@ -331,8 +333,6 @@ def capture(ctx: click.Context, out: Path | None, steps: str | None, ranks: str,
     """
     from perfdoctor.capture.launcher import CaptureOptions, parse_ranks, parse_steps, run_capture
 
-    if memory_max_entries <= 0:
-        raise UsageError("--memory-max-entries must be positive")
     if keep_reports not in ("yes", "no"):
         raise UsageError(f"--keep-reports {keep_reports!r}: expected yes or no")
     options = CaptureOptions(command=list(ctx.args), out=out, steps=parse_steps(steps), ranks=parse_ranks(ranks),

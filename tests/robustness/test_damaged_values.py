@@ -105,6 +105,13 @@ def test_command_line_sizes_are_bounded(flag, value):
     assert_bad_input(result, flag)
 
 
+@pytest.mark.parametrize("value", ["0", "99999999999"])
+def test_capture_memory_entries_are_bounded(value):
+    """The ring buffer each rank keeps: bounded before the training command (and its memory) starts."""
+    assert_bad_input(perfdoctor("capture", "--memory-max-entries", value, "--", "true", timeout=60),
+                     "--memory-max-entries")
+
+
 def test_command_line_world_is_bounded():
     result = perfdoctor("analyze", MARKED, "--tp", "1024", "--dp", "1024", "--pp", "8", "-f", "json", timeout=60)
     assert_bad_input(result, "8,388,608 ranks")
