@@ -15,12 +15,13 @@ Two connections serve two purposes:
   before connectorx would be imported. connectorx hands its columns over as Arrow C structs, copied
   into numpy by :mod:`perfdoctor.load.arrow_c` without importing pyarrow.
 
-connectorx cannot be asked for ``mode=ro`` (it opens the path read-write, creating it if it is
-missing, and takes ``?mode=ro`` as part of the file name), so it is only handed a file that the
-read-only connection has already opened and validated: never one with a hot journal or WAL beside it
-(a read-write connection could roll that journal back into the user's file), and never one in WAL
-journal mode (a read-write open of it creates ``-wal`` and ``-shm`` files beside it, and may
-checkpoint into it on close). Such a file is refused with the command that converts a copy.
+Both open the file as the SQLite URI ``file:PATH?mode=ro&immutable=1`` (:func:`read_only_uri`), so
+reading never creates a file beside the input. connectorx takes a plain path after ``sqlite://`` and
+opens it read-write, creating it when it is missing (``?mode=ro`` there becomes part of a new file's
+name), and for a file in WAL journal mode it creates ``-wal`` and ``-shm`` beside it while it reads;
+handed the URI instead (percent-encoded whole, which connectorx decodes once), SQLite opens it as a
+URI. A file with a hot journal or a WAL file beside it is refused before either opens it: immutable
+reads would ignore the changes those hold.
 """
 
 from __future__ import annotations
@@ -39,10 +40,6 @@ from perfdoctor.load import arrow_c
 from perfdoctor.load.file_kind import SQLITE_MAGIC, not_sqlite_reason
 from perfdoctor.table import Table
 
-HEADER_BYTES = 100
-# Bytes 18 and 19 of the header, the file format's write and read versions: 2 (both) in WAL journal mode.
-WAL_VERSION_BYTES = slice(18, 20)
-WAL_MODE = b"\x02\x02"
 # Event tables up to this many rows are read through sqlite3 (docs/benchmarks.md, "SQLite readers").
 SMALL_TABLE_ROWS = 50_000
 
@@ -53,9 +50,7 @@ class SqliteExport:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._check_file()
-        # immutable: SQLite takes no locks and opens no journal, so not even a -shm or -journal file
-        # appears beside the input (a hot journal or a WAL file was refused above)
-        uri = "file:" + urllib.parse.quote(str(path.resolve())) + "?mode=ro&immutable=1"
+        uri = read_only_uri(path)
         try:
             self.conn = sqlite3.connect(uri, uri=True)
             rows = self.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
@@ -72,17 +67,11 @@ class SqliteExport:
             raise InputError(f"{path}: not a file")
         try:
             with path.open("rb") as fh:
-                head = fh.read(HEADER_BYTES)
+                head = fh.read(len(SQLITE_MAGIC))
         except OSError as exc:
             raise InputError(f"{path}: cannot read ({exc.strerror})") from None
-        if head[:len(SQLITE_MAGIC)] != SQLITE_MAGIC:
+        if head != SQLITE_MAGIC:
             raise InputError(f"{path}: {not_sqlite_reason(path)}")
-        if head[WAL_VERSION_BYTES] == WAL_MODE:
-            raise InputError(
-                f"{path}: SQLite file in WAL journal mode (nsys never writes one): reading it would create "
-                f"{path.name}-wal and {path.name}-shm beside it; convert a copy and analyse that: "
-                f"cp '{path}' /tmp/export.sqlite && sqlite3 /tmp/export.sqlite 'PRAGMA journal_mode=DELETE'"
-            )
         for suffix in ("-journal", "-wal"):
             side = path.with_name(path.name + suffix)
             if side.exists() and side.stat().st_size > 0:
@@ -193,7 +182,8 @@ class SqliteExport:
         checks every value against sqlite3)."""
         from connectorx.connectorx import read_sql
 
-        url = "sqlite://" + urllib.parse.quote(str(self.path.resolve()))
+        # connectorx decodes the URL once and hands the rest to SQLite, which opens a file: URI as one
+        url = "sqlite://" + urllib.parse.quote(read_only_uri(self.path), safe="")
         try:
             return read_sql(url, "arrow", queries=[sql], protocol="binary", partition_query=None)
         except BaseException as exc:  # connectorx raises Rust panics as BaseException subclasses
@@ -211,6 +201,14 @@ class SqliteExport:
 
     def close(self) -> None:
         self.conn.close()
+
+
+def read_only_uri(path: Path) -> str:
+    """The SQLite URI that opens ``path`` read-only and immutable: SQLite takes no locks and opens no
+    journal, so no ``-journal``, ``-wal`` or ``-shm`` file appears beside it, even for a file in WAL
+    journal mode (whose content is all in the file when no ``-wal`` lies beside it: one that does is
+    refused before), and a missing file is an error, never created."""
+    return "file:" + urllib.parse.quote(str(path.resolve())) + "?mode=ro&immutable=1"
 
 
 def _present(columns: Mapping[str, str]) -> dict[str, str]:

@@ -4,23 +4,25 @@ SQLite export (through sqlite3 and through connectorx), a PyTorch profiler trace
 (exported into the cache, never beside it), a memory snapshot, saved JSON reports for ``diff``, and a
 run directory holding all of them.
 
-An export in SQLite's WAL journal mode is refused with one line saying how to convert a copy: opening
-one, even ``mode=ro``, creates ``-wal`` and ``-shm`` files beside it, and connectorx (which opens
-read-write) does so for as long as it reads (seen with a watcher thread, then removed on close).
+An export in SQLite's WAL journal mode is read like any other: both readers open the file as the URI
+``file:PATH?mode=ro&immutable=1``. Before, the ``mode=ro`` open left ``-wal`` and ``-shm`` files beside
+it, and connectorx (which opened the plain path read-write) created them for as long as it read.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import sqlite3
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
-from perfdoctor.errors import InputError
 from tests.paths import REPO, SAMPLES
 from tests.robustness.harness import assert_bad_input, perfdoctor
 
@@ -101,42 +103,72 @@ def _wal_copy(tmp_path: Path) -> Path:
     return trace
 
 
-def test_wal_mode_export_is_refused_with_how_to_convert_it(tmp_path):
+def test_wal_mode_export_is_read_without_files_beside_it(tmp_path):
     trace = _wal_copy(tmp_path)
     before = listing(tmp_path)
     result = perfdoctor("analyze", trace, "-f", "json")
-    assert_bad_input(result, f"{trace}: SQLite file in WAL journal mode")
-    assert "PRAGMA journal_mode=DELETE" in result.err
+    assert result.code == 0, result.err
     assert listing(tmp_path) == before  # was: wal.sqlite-shm and wal.sqlite-wal left beside it
+    assert json.loads(result.out)["steps"]["count"] > 0
 
 
-def test_converted_copy_analyses(tmp_path):
-    """*control*: the conversion the message gives makes a file perfdoctor reads."""
+def test_wal_file_beside_an_export_is_refused(tmp_path):
+    """*control*: changes still in a -wal file would be ignored by an immutable read: refused, as before."""
     trace = _wal_copy(tmp_path)
-    copy = tmp_path / "copy" / "export.sqlite"
-    copy.parent.mkdir()
-    shutil.copy(trace, copy)
-    conn = sqlite3.connect(copy)
-    conn.execute("PRAGMA journal_mode=DELETE")
-    conn.close()
-    assert perfdoctor("analyze", copy, "-f", "json").code == 0
+    (tmp_path / "wal.sqlite-wal").write_bytes(b"uncommitted pages")
+    before = listing(tmp_path)
+    assert_bad_input(perfdoctor("analyze", trace, "-f", "json"), "a wal file lies beside it")
+    assert listing(tmp_path) == before
 
 
-def test_connectorx_reads_leave_the_directory_unchanged(tmp_path, monkeypatch):
-    """Every event table through connectorx (the path of large tables), sliced over threads."""
+class Watcher:
+    """Every name that appears in a folder while it runs (a -wal or -shm lives only as long as a read)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder, self.seen, self._stop = folder, set(os.listdir(folder)), threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+
+    def _watch(self) -> None:
+        while not self._stop.is_set():
+            self.seen.update(os.listdir(self.folder))
+            time.sleep(0.0002)
+
+    def __enter__(self) -> Watcher:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+@pytest.mark.parametrize("journal", ["delete", "wal", "odd name"])
+def test_connectorx_reads_create_nothing_beside_the_export(tmp_path, monkeypatch, journal):
+    """Every event table through connectorx (the path of large tables), sliced over threads, watched while
+    it reads: connectorx opened the plain path read-write, and a WAL-mode file then got -wal and -shm for
+    as long as it read. The URI survives a name with URL and URI punctuation."""
     from perfdoctor import cores
     from perfdoctor.load import nsys, sqlite_export
 
     monkeypatch.setattr(sqlite_export, "SMALL_TABLE_ROWS", 10)
     monkeypatch.setattr(cores, "PER_TASK", 2)
-    trace = tmp_path / "export.sqlite"
-    shutil.copy(EXPORT, trace)
+    if journal == "odd name":
+        tmp_path = tmp_path / "a b?c#d%20e&f=1 é"
+        tmp_path.mkdir()
+    trace = _wal_copy(tmp_path) if journal == "wal" else Path(shutil.copy(EXPORT, tmp_path / "x?mode=rw.sqlite"))
     before = listing(tmp_path)
-    _, timelines = nsys.load_export(trace)
+    with Watcher(tmp_path) as watcher:
+        for _ in range(3):
+            _, timelines = nsys.load_export(trace)
     assert len(timelines[0].kernels) > 10
+    assert watcher.seen == {trace.name}
     assert listing(tmp_path) == before
-    (tmp_path / "wal").mkdir()
-    wal = _wal_copy(tmp_path / "wal")
-    with pytest.raises(InputError, match="WAL journal mode"):
-        nsys.load_export(wal)
-    assert sorted(os.listdir(tmp_path / "wal")) == ["wal.sqlite"]
+
+
+def test_a_missing_export_is_not_created(tmp_path):
+    """The read-only URI both readers open: a file that vanished is an error, never a new empty database."""
+    from perfdoctor.load.sqlite_export import read_only_uri
+
+    with pytest.raises(sqlite3.OperationalError):
+        sqlite3.connect(read_only_uri(tmp_path / "gone.sqlite"), uri=True).execute("SELECT 1 FROM sqlite_master")
+    assert os.listdir(tmp_path) == []
