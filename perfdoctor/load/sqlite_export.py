@@ -2,7 +2,7 @@
 
 Two connections serve two purposes:
 
-* a Python ``sqlite3`` connection opened with ``mode=ro`` checks the file, lists tables and columns,
+* a Python ``sqlite3`` connection opened read-only checks the file, lists tables and columns,
   and reads the small metadata tables;
 * connectorx reads the large event tables in Rust into Arrow columns (chosen by measurement,
   ``benchmarks/bench_readers.py``, in docs/benchmarks.md: about 1.5–1.8× the time of a C-level
