@@ -13,6 +13,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from perfdoctor.errors import shown
+
 MAX_SIZE = 1 << 20  # ranks in a run, or micro-batches per step: a million is beyond any real run
 MAX_COUNT = 1 << 40  # tokens, hidden sizes, vocabularies, bucket bytes: far beyond any model
 INT64 = 1 << 63
@@ -34,10 +36,10 @@ def value_problem(key: str, value: Any) -> str | None:
         low = 0 if key in COUNTS else 1
         high = MAX_SIZE if key in SIZES else MAX_COUNT
         if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-            return f"expected a whole number from {low} to {high:,}, got {_show(value)}"
+            return f"expected a whole number from {low} to {high:,}, got {shown(value)}"
         return None
     if key == "gpu" and not isinstance(value, (str, type(None))):
-        return f"expected the GPU's name, got {_show(value)}"
+        return f"expected the GPU's name, got {shown(value)}"
     if isinstance(value, list):
         return next((p for p in map(_scalar_problem, value) if p), None)
     return _scalar_problem(value)
@@ -50,8 +52,8 @@ def world_problem(config: dict[str, Any]) -> str | None:
         return None  # each value is checked (and named) on its own
     world = math.prod(s for s in sizes if s)
     if world > MAX_SIZE:
-        shown = " × ".join(f"{k} {config[k]}" for k in WORLD if config.get(k))
-        return f"{shown} is {world:,} ranks, more than {MAX_SIZE:,}"
+        sizes = " × ".join(f"{k} {config[k]}" for k in WORLD if config.get(k))
+        return f"{sizes} is {world:,} ranks, more than {MAX_SIZE:,}"
     return None
 
 
@@ -59,13 +61,7 @@ def _scalar_problem(value: Any) -> str | None:
     if value is None or isinstance(value, (str, bool)):
         return None
     if isinstance(value, int):
-        return None if -INT64 <= value < INT64 else f"{_show(value)} does not fit in 64 bits"
+        return None if -INT64 <= value < INT64 else f"{shown(value)} does not fit in 64 bits"
     if isinstance(value, float):
         return None if math.isfinite(value) else f"{value} is not a finite number"
-    return f"expected a number, a string or true/false, got {_show(value)}"
-
-
-def _show(value: Any) -> str:
-    """A value as written in a message: short, one line, control characters escaped."""
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
+    return f"expected a number, a string or true/false, got {shown(value)}"

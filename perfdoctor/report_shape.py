@@ -21,6 +21,8 @@ from functools import cache
 from importlib.resources import files
 from typing import Any
 
+from perfdoctor.errors import shown, shown_key
+
 NUMBER_LIMIT = 2.0**63
 _TYPES = {"object": dict, "array": list, "string": str, "boolean": bool, "null": type(None)}
 WORK = {"type": "object", "properties": {
@@ -42,7 +44,7 @@ def report_problem(report: dict[str, Any]) -> str | None:
             work = (device.get("evidence") or {}).get("work")
             bad = next((k for k, v in (work or {}).get("kernels", {}).items() if len(v) != 2), None)
             if bad is not None:
-                return f"devices.{i}.evidence.work.kernels.{_show(bad)}: expected [count, ns]"
+                return f"devices.{i}.evidence.work.kernels.{shown_key(bad)}: expected [count, ns]"
     return problem
 
 
@@ -56,23 +58,24 @@ def _check(value: Any, node: dict[str, Any], root: dict[str, Any], where: str) -
         node = root["$defs"][node["$ref"].rsplit("/", 1)[1]]
     here = where or "the report"
     if "const" in node and value != node["const"]:
-        return f"{here}: expected {node['const']!r}, got {_show(value)}"
+        return f"{here}: expected {node['const']!r}, got {shown(value)}"
     if "enum" in node and not any(value == e and type(value) is type(e) for e in node["enum"]):
-        return f"{here}: expected one of {', '.join(map(json.dumps, node['enum']))}, got {_show(value)}"
+        return f"{here}: expected one of {', '.join(map(json.dumps, node['enum']))}, got {shown(value)}"
     if "type" in node:
         types = [node["type"]] if isinstance(node["type"], str) else node["type"]
         if not any(_is(value, t) for t in types):
-            return f"{here}: expected {' or '.join(types)}, got {_show(value)}"
+            return f"{here}: expected {' or '.join(types)}, got {shown(value)}"
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         if not (math.isfinite(value) and abs(value) < NUMBER_LIMIT):
-            return f"{here}: {_show(value)} is not a number perfdoctor writes (finite, below 2**63)"
+            return f"{here}: {shown(value)} is not a number perfdoctor writes (finite, below 2**63)"
         if "minimum" in node and value < node["minimum"]:
-            return f"{here}: expected at least {node['minimum']}, got {_show(value)}"
+            return f"{here}: expected at least {node['minimum']}, got {shown(value)}"
     if isinstance(value, dict):
         properties, extra = node.get("properties", {}), node.get("additionalProperties")
         for key, item in value.items():
             sub = properties.get(key, extra if isinstance(extra, dict) else None)
-            if sub is not None and (problem := _check(item, sub, root, f"{where}.{key}" if where else key)):
+            at = f"{where}.{shown_key(key)}" if where else shown_key(key)
+            if sub is not None and (problem := _check(item, sub, root, at)):
                 return problem
     elif isinstance(value, list) and isinstance(node.get("items"), dict):
         for i, item in enumerate(value):
@@ -88,9 +91,3 @@ def _is(value: Any, kind: str) -> bool:
         return (isinstance(value, int) and not isinstance(value, bool)) or (
             isinstance(value, float) and value.is_integer())
     return isinstance(value, _TYPES[kind])
-
-
-def _show(value: Any) -> str:
-    """A value as a message shows it: JSON-like, one line, at most 60 characters."""
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from perfdoctor.config_values import MAX_SIZE, value_problem, world_problem
-from perfdoctor.errors import InputError
+from perfdoctor.errors import InputError, shown, shown_key
 from perfdoctor.memo import per_object
 from perfdoctor.table import Table, factorize
 
@@ -107,7 +107,7 @@ def rank_mark(timeline: Timeline) -> dict[str, int] | None:
             value = fields[key]
             low = 1 if key == "world" else 0
             if not (value.isascii() and value.isdigit() and len(value) <= 7 and low <= int(value) <= MAX_SIZE):
-                raise InputError(f"{timeline.trace.path}: NVTX mark {_show(text)}: {key}={_show(value)} is not a "
+                raise InputError(f"{timeline.trace.path}: NVTX mark {shown(text, 80)}: {key}={shown(value)} is not a "
                                  f"whole number from {low} to {MAX_SIZE:,}")
             mark[key] = int(value)
         return mark
@@ -118,7 +118,7 @@ def config_mark(timeline: Timeline) -> dict[str, Any]:
     """The ``config {json}`` mark of a process (parallel and model config known at capture time); a mark
     that is not a JSON object of valid values (perfdoctor.config_values) is a damaged file."""
     for text in labelled(timeline.nvtx, "config")["text"]:
-        where = f"{timeline.trace.path}: NVTX mark {_show(text)}"
+        where = f"{timeline.trace.path}: NVTX mark {shown(text, 80)}"
         try:
             value = json.loads(text.partition(" ")[2], parse_constant=_not_a_number)
         except (json.JSONDecodeError, ValueError, RecursionError) as exc:
@@ -127,7 +127,7 @@ def config_mark(timeline: Timeline) -> dict[str, Any]:
             raise InputError(f"{where}: not a JSON object of config values")
         for key, item in value.items():
             if problem := value_problem(key, item):
-                raise InputError(f"{where}: {key}: {problem}")
+                raise InputError(f"{where}: {shown_key(key)}: {problem}")
         if problem := world_problem(value):
             raise InputError(f"{where}: {problem}")
         return value
@@ -136,8 +136,3 @@ def config_mark(timeline: Timeline) -> dict[str, Any]:
 
 def _not_a_number(name: str) -> Any:
     raise ValueError(f"{name} is not a number")
-
-
-def _show(text: str) -> str:
-    """User text in a one-line message: quoted, control characters escaped, at most 80 characters."""
-    return repr(text if len(text) <= 80 else text[:77] + "...")

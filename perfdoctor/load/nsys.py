@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from perfdoctor.errors import InputError
+from perfdoctor.errors import InputError, shown
 from perfdoctor.load.graph_trace import with_graph_replays
 from perfdoctor.load.nccl_payload import read_payloads
 from perfdoctor.load.sqlite_export import SqliteExport
@@ -70,9 +70,7 @@ class BadValue(ValueError):
         self.table, self.column, self.value, self.expected = table, column, value, expected
 
     def __str__(self) -> str:
-        shown = repr(self.value)
-        shown = shown if len(shown) <= 60 else shown[:57] + "..."
-        return f"table {self.table}, column {self.column}: {shown} is not {self.expected}"
+        return f"table {self.table}, column {self.column}: {shown(self.value)} is not {self.expected}"
 
 
 @contextmanager

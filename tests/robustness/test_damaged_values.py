@@ -237,3 +237,12 @@ def test_input_inside_a_closed_directory_is_one_line_exit_2(tmp_path, command):
     args = [closed / name] * (2 if command == "diff" else 1)
     assert_bad_input(_as_nobody(command, *args), f"{closed / name}: permission denied")
     assert digest(closed / name) == hashes and os.listdir(closed) == [name]
+
+
+def test_a_crafted_key_stays_inert_in_the_one_line(tmp_path):
+    """Keys of a saved report are user strings: the message escapes them (no line break, no escape code)."""
+    report = tmp_path / "crafted.json"
+    report.write_text(json.dumps({"schema_version": "1", "metrics": {"all": {"\x1b]0;pwned\x07\nx": "1"}}}))
+    result = perfdoctor("diff", report, report, timeout=60)
+    assert_bad_input(result, "not a perfdoctor report: metrics.all.'\\x1b]0;pwned\\x07\\nx'")
+    assert "\x1b" not in result.err and "\x07" not in result.err
