@@ -70,7 +70,7 @@ class BadValue(ValueError):
         self.table, self.column, self.value, self.expected = table, column, value, expected
 
     def __str__(self) -> str:
-        return f"table {self.table}, column {self.column}: {shown(self.value)} is not {self.expected}"
+        return f"table {self.table}, column {_export_column(self.column)}: {shown(self.value)} is not {self.expected}"
 
 
 @contextmanager
@@ -438,6 +438,23 @@ def _select(db: SqliteExport, table: str, wanted: dict[str, str]) -> dict[str, s
     return {out: (src if src in cols else "NULL") for out, src in wanted.items()}
 
 
+# Our name -> the export's, of the columns every device table (memcpy, memset, sync) has, and of NVTX_EVENTS.
+DEVICE_COLUMNS = {"start": "start", "end": "end", "device_id": "deviceId", "stream": "streamId",
+                  "correlation_id": "correlationId", "global_pid": "globalPid"}
+NVTX_COLUMNS = {"start": "start", "end": "end", "event_type": "eventType", "tid": "globalTid",
+                "end_tid": "endGlobalTid", "domain_id": "domainId", "text": "text", "text_id": "textId",
+                "range_id": "rangeId", "category": "category", "int64": "int64Value", "uint64": "uint64Value",
+                "int32": "int32Value", "uint32": "uint32Value", "double_value": "doubleValue",
+                "float_value": "floatValue"}
+
+
+def _export_column(name: str) -> str:
+    """The export's name of a column the readers renamed (for messages about its values)."""
+    names = {**DEVICE_COLUMNS, "copy_kind": "copyKind", "sync_type": "syncType", **_kernel_columns(True),
+             **_api_columns(True), **NVTX_COLUMNS}
+    return names.get(name, name)
+
+
 def _kernel_columns(detail: bool) -> dict[str, str]:
     return _without_detail({
         "start": "start", "end": "end", "device_id": "deviceId", "stream": "streamId",
@@ -466,8 +483,7 @@ def _kernels(db: SqliteExport, strings: StringIds, detail: bool = True) -> Table
 
 
 def _device_table(db: SqliteExport, table: str, extra: dict[str, str]) -> Table:
-    wanted = {"start": "start", "end": "end", "device_id": "deviceId", "stream": "streamId",
-              "correlation_id": "correlationId", "global_pid": "globalPid", **extra}
+    wanted = {**DEVICE_COLUMNS, **extra}
     raw = db.read(table, _select(db, table, wanted))
     if not len(raw):
         return _empty(list(wanted))
@@ -501,11 +517,7 @@ def _nvtx(db: SqliteExport, strings: StringIds, detail: bool = True) -> tuple[Ta
     table = "NVTX_EVENTS"
     if table not in db.tables:
         return _empty(columns), {}
-    wanted = {"start": "start", "end": "end", "event_type": "eventType", "tid": "globalTid",
-              "end_tid": "endGlobalTid", "domain_id": "domainId", "text": "text", "text_id": "textId",
-              "range_id": "rangeId", "category": "category", "int64": "int64Value", "uint64": "uint64Value",
-              "int32": "int32Value", "uint32": "uint32Value", "double_value": "doubleValue",
-              "float_value": "floatValue"}
+    wanted = NVTX_COLUMNS
     if not detail:  # the sources of DETAIL_COLUMNS["nvtx"]
         wanted = {k: v for k, v in wanted.items() if k not in ("range_id", "category", "int64", "uint64", "int32",
                                                                "uint32", "double_value", "float_value")}

@@ -43,9 +43,9 @@ DAMAGE = {
     "NVTX text a blob": ("UPDATE NVTX_EVENTS SET text = CAST('step n=1' AS BLOB) WHERE rowid < 5",
                          "table NVTX_EVENTS, column text: b'step n=1'"),
     "NVTX text id beyond int64": ("UPDATE NVTX_EVENTS SET textId = 1e20 WHERE rowid < 3",
-                                  "table NVTX_EVENTS, column text_id: 1e+20"),
+                                  "table NVTX_EVENTS, column textId: 1e+20"),
     "kernel name id beyond int64": ("UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET shortName = '99999999999999999999' "
-                                    "WHERE rowid = 1", "table CUPTI_ACTIVITY_KIND_KERNEL, column short_id: 1e+20"),
+                                    "WHERE rowid = 1", "table CUPTI_ACTIVITY_KIND_KERNEL, column shortName: 1e+20"),
     "rank mark beyond int64": (_mark("rank", "rank r=99999999999999999999 local=0 world=8"),
                                "r='99999999999999999999'"),
     "rank mark negative": (_mark("rank", "rank r=-5 local=0 world=8"), "r='-5'"),
