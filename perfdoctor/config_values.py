@@ -52,8 +52,8 @@ def world_problem(config: dict[str, Any]) -> str | None:
         return None  # each value is checked (and named) on its own
     world = math.prod(s for s in sizes if s)
     if world > MAX_SIZE:
-        sizes = " × ".join(f"{k} {config[k]}" for k in WORLD if config.get(k))
-        return f"{sizes} is {world:,} ranks, more than {MAX_SIZE:,}"
+        product = " × ".join(f"{k} {config[k]}" for k in WORLD if config.get(k))
+        return f"{product} is {world:,} ranks, more than {MAX_SIZE:,}"
     return None
 
 
