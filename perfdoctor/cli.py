@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from perfdoctor import __version__
+from perfdoctor.config_values import MAX_SIZE
 from perfdoctor.errors import PerfdoctorError, UsageError
 from perfdoctor.outputs import check_outputs, flush_stdout, stdout_error, write_stdout, write_text
 
@@ -26,6 +27,8 @@ if TYPE_CHECKING:
 
 PATH = click.Path(path_type=Path)  # as given; an existing path must be readable
 FORMATS = click.Choice(["terminal", "json"])
+SIZE = click.IntRange(min=1, max=MAX_SIZE)  # parallel sizes, micro-batches: bounded before anything uses them
+MAX_MEMORY_ENTRIES = 1 << 24  # allocator events per rank: each costs the training process memory
 PLOTLY_JS = click.Choice(["inline", "cdn"])
 
 
@@ -100,13 +103,13 @@ def _gib_bytes(gib: float | None) -> int | None:
 @argument("paths", nargs=-1, required=True, type=PATH, help="nsys SQLite exports, or run directories holding them.")
 @click.option("--format", "-f", "output_format", type=FORMATS, default="terminal", help="Output format.")
 @click.option("--output", "-o", type=PATH, help="Write to FILE instead of stdout.")
-@click.option("--tp", type=int, help="Tensor-parallel size, if the trace does not say.")
-@click.option("--pp", type=int, help="Pipeline-parallel size.")
-@click.option("--vpp", type=int, help="Virtual pipeline stages per rank.")
-@click.option("--cp", type=int, help="Context-parallel size.")
-@click.option("--dp", type=int, help="Data-parallel size.")
-@click.option("--ep", type=int, help="Expert-parallel size.")
-@click.option("--num-microbatches", type=int, help="Micro-batches per step.")
+@click.option("--tp", type=SIZE, help="Tensor-parallel size, if the trace does not say.")
+@click.option("--pp", type=SIZE, help="Pipeline-parallel size.")
+@click.option("--vpp", type=SIZE, help="Virtual pipeline stages per rank.")
+@click.option("--cp", type=SIZE, help="Context-parallel size.")
+@click.option("--dp", type=SIZE, help="Data-parallel size.")
+@click.option("--ep", type=SIZE, help="Expert-parallel size.")
+@click.option("--num-microbatches", type=SIZE, help="Micro-batches per step.")
 @click.option("--html", type=PATH, help="Also write a self-contained HTML report.")
 @click.option("--markdown", type=PATH, help="Also write a Markdown report (PR comment).")
 @click.option("--perfetto", type=PATH, help=(
@@ -323,7 +326,8 @@ def memory(paths: tuple[Path, ...], output_format: str, output: Path | None, dev
     "One report per rank, or one per node (default: per node; per rank under srun alone)."))
 @click.option("--memory/--no-memory", default=True, help=(
     "Record CUDA memory history and dump a snapshot per rank at the end of the window."))
-@click.option("--memory-max-entries", type=int, default=100_000, help="Allocator events kept per rank (ring buffer).")
+@click.option("--memory-max-entries", type=click.IntRange(min=1, max=MAX_MEMORY_ENTRIES), default=100_000,
+              help="Allocator events kept per rank (ring buffer).")
 @click.option("--nsys-arg", multiple=True, help="Extra `nsys profile` argument (repeatable; write "
                                                 "--nsys-arg=--flag=value).")
 @click.option("--nsys", help="The nsys CLI to use (default: nsys on PATH).")
@@ -333,9 +337,9 @@ def memory(paths: tuple[Path, ...], output_format: str, output: Path | None, dev
 @click.option("--profiler", type=click.Choice(["auto", "nsys", "torch"]), default="auto", help=(
     "nsys, or torch: each rank runs torch.profiler and writes a Kineto trace (no nsys needed). auto (default): "
     "nsys, or torch (said in one line) where nsys is missing or cannot write reports."))
-@click.option("--keep-reports", default="yes", help=(
-    "yes, or no: delete each .nsys-rep once its scrubbed SQLite export is written (reports hold the unredacted "
-    "environment; use no for runs you will share)."))
+@click.option("--keep-reports", default="no", help=(
+    "no: delete each .nsys-rep once its scrubbed SQLite export is written; yes: keep it (owner-only; a report "
+    "holds the run's environment and command line unredacted, secrets included)."))
 @click.pass_context
 def capture(ctx: click.Context, out: Path | None, steps: str | None, ranks: str, per_rank: bool | None, memory: bool,
             memory_max_entries: int, nsys_arg: tuple[str, ...], nsys: str | None, force: bool, run_analyze: bool,
@@ -349,8 +353,6 @@ def capture(ctx: click.Context, out: Path | None, steps: str | None, ranks: str,
     """
     from perfdoctor.capture.launcher import CaptureOptions, parse_ranks, parse_steps, run_capture
 
-    if memory_max_entries <= 0:
-        raise UsageError("--memory-max-entries must be positive")
     if keep_reports not in ("yes", "no"):
         raise UsageError(f"--keep-reports {keep_reports!r}: expected yes or no")
     options = CaptureOptions(command=list(ctx.args), out=out, steps=parse_steps(steps), ranks=parse_ranks(ranks),
@@ -467,6 +469,9 @@ def main() -> None:
         _exit_interrupted_or(exc.exit_code)
     except (click.Abort, KeyboardInterrupt):
         _fail("interrupted", 130)
+    except PermissionError as exc:  # an input (or a folder above it) this user may not read or enter
+        _fail(f"{exc.filename or exc}: permission denied (this user cannot read it, or cannot enter a folder "
+              "above it)", 2)
     except click.ClickException as exc:  # usage errors carry their own exit code
         _fail(f"{exc.format_message()} (see `perfdoctor --help`)", exc.exit_code)
     except Exception as exc:

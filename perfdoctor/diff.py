@@ -27,6 +27,7 @@ from typing import Any
 from perfdoctor.diff_basis import Basis, choose_basis, is_total, work_note
 from perfdoctor.errors import InputError
 from perfdoctor.load.file_kind import foreign_format
+from perfdoctor.report_shape import report_problem
 from perfdoctor.safe_yaml import load_json_file
 
 K = 3.0  # noise multiples a delta must exceed
@@ -301,34 +302,6 @@ def read_report(path: Path) -> dict[str, Any] | None:
         raise InputError(f"{path}: {why}")
     if str(data["schema_version"]) != "1":
         raise InputError(f"{path}: report schema_version {data['schema_version']!r} is not supported (expected '1')")
-    if problem := _shape_problem(data):
+    if problem := report_problem(data):
         raise InputError(f"{path}: not a perfdoctor report: {problem}")
     return data
-
-
-def _shape_problem(report: dict[str, Any]) -> str | None:
-    """What in a saved report has a shape :func:`compare` cannot use (a hand-edited or foreign
-    file), or None. Only the parts compare reads are checked."""
-    def kind(value: Any, expected: type, where: str) -> str | None:
-        return None if isinstance(value, expected) else f"{where} must be {_KIND[expected]}"
-
-    checks = [kind(report["metrics"].get("all", {}), dict, "metrics.all"),
-              kind(report.get("series") or {}, dict, "series"),
-              kind(report.get("findings") or [], list, "findings"),
-              kind(report.get("steps") or {}, dict, "steps"),
-              kind(report.get("run") or {}, dict, "run")]
-    if problem := next((c for c in checks if c), None):
-        return problem
-    for rank, series in (report.get("series") or {}).items():
-        if not isinstance(series, dict) or not all(isinstance(v, list) for v in series.values()):
-            return f"series.{rank} must be an object of lists"
-    for i, finding in enumerate(report.get("findings") or []):
-        if not isinstance(finding, dict) or not isinstance(finding.get("rule"), (str, type(None))):
-            return f"findings.{i} must be an object with a string rule"
-    count = (report.get("steps") or {}).get("count")
-    if count is not None and not _number(count):
-        return "steps.count must be a number"
-    return None
-
-
-_KIND = {dict: "an object", list: "a list"}

@@ -37,7 +37,7 @@ def test_unknown_options_go_to_the_training_command(capsys, captured):
     options = captured[0]
     assert options.command == ["torchrun", "--nproc_per_node", "2", "train.py", "--lr", "1", "-o", "x"]
     assert (options.steps, options.per_rank, options.nsys_args, options.out) == ((2, 3), False, ["--x=1"], None)
-    assert (options.memory, options.memory_max_entries, options.keep_reports) == (True, 100_000, True)
+    assert (options.memory, options.memory_max_entries, options.keep_reports) == (True, 100_000, False)
     assert options.profiler == "auto"
 
 

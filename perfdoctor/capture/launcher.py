@@ -81,7 +81,7 @@ class CaptureOptions:
     nsys: str | None = None
     force: bool = False
     cuda: bool | None = None  # None: trace CUDA when this machine has an NVIDIA GPU
-    keep_reports: bool = True  # False: delete each .nsys-rep once its scrubbed export is written
+    keep_reports: bool = False  # True: keep each .nsys-rep (owner-only) beside its scrubbed export
     profiler: str = "auto"  # nsys | torch | auto: nsys where it can write reports, else torch
 
 
@@ -239,6 +239,7 @@ def _capture(options: CaptureOptions, launch: launch_command.Launch, per_rank: b
     secrets = scrub.secret_values(os.environ, [*options.command, *options.nsys_args])
     began = ended = time.time()
     exit_code: int | None = None
+    lost: list[dict[str, str]] = []
     try:
         for attempt in range(1, START_TRIES + 1):
             if interrupts.interrupted:
@@ -255,7 +256,8 @@ def _capture(options: CaptureOptions, launch: launch_command.Launch, per_rank: b
             time.sleep(1.0)
         ended = time.time()
         reports = _reports(run_dir, pattern)
-        exports = _export_all(cli, reports, options, private, secrets, interrupts, notes, say)
+        owner_only(reports)
+        exports = _export_all(cli, reports, options, private, secrets, interrupts, notes, say, lost)
     finally:
         shutil.rmtree(private, ignore_errors=True)
     interrupts.enter("finish")
@@ -267,9 +269,10 @@ def _capture(options: CaptureOptions, launch: launch_command.Launch, per_rank: b
             else ""))
     kept = [r for r in reports if r.exists()]
     if kept:
-        notes.append(f"{len(kept)} .nsys-rep report(s) kept: they hold the run's whole environment and command line "
-                     "unredacted (nsys reports cannot be edited); share the SQLite exports and manifest.json, or "
-                     "capture with --keep-reports no")
+        why = "as --keep-reports yes asked" if options.keep_reports else "because their export did not finish"
+        notes.append(f"{len(kept)} .nsys-rep report(s) kept {why}, readable by their owner only: they hold the run's "
+                     "whole environment and command line unredacted, secrets included (nsys reports cannot be "
+                     "edited); share the SQLite exports and manifest.json, never the reports")
     files = sorted(p for p in run_dir.rglob("*") if p.is_file() and not p.name.startswith("."))
     capture_exit = interrupts.exit_code(exit_code)
     manifest = run_manifest.build_manifest(
@@ -281,7 +284,8 @@ def _capture(options: CaptureOptions, launch: launch_command.Launch, per_rank: b
         options={"steps": list(options.steps) if options.steps else None, "ranks": options.ranks or "all",
                  "memory": options.memory, "memory_max_entries": options.memory_max_entries, "profiler": "nsys",
                  "nsys_args": options.nsys_args, "force": options.force, "keep_reports": options.keep_reports},
-        env=os.environ, files=files, gpus=gpu_names() if cuda else [], notes=notes, secrets=secrets)
+        env=os.environ, files=files, gpus=gpu_names() if cuda else [], notes=notes, secrets=secrets,
+        not_exported=lost)
     path = run_manifest.write_manifest(run_dir, manifest)
     return CaptureResult(run_dir, capture_exit, kept, exports, path, manifest["notes"], exit_code,
                          interrupts.name)
@@ -367,6 +371,16 @@ def _enter_export(interrupts: Interrupts, say: Callable[[str], None], *, stoppin
     return state
 
 
+def owner_only(reports: list[Path]) -> None:
+    """Make each report readable by its owner alone: it holds the environment and command line, secrets
+    included, for as long as it lies in the run directory (until its export is written, or for good)."""
+    for report in reports:
+        try:
+            report.chmod(0o600)
+        except OSError:  # not ours (a shared run directory): the note at the end still says what it holds
+            pass
+
+
 def _trace_of(nsys_cmd: list[str]) -> str:
     return next((a.split("=", 1)[1] for a in nsys_cmd if a.startswith("--trace=")), "")
 
@@ -431,11 +445,23 @@ def _signal(pid: int, sig: int) -> None:
         pass
 
 
+def not_exported(report: Path, why: str) -> dict[str, str]:
+    """What a report without its SQLite export means (manifest ``not_exported``): nothing captured is lost,
+    the report holds it all; how to export it by hand."""
+    return {"report": report.name, "why": why,
+            "lost": f"{report.stem}.sqlite only: {report.name} holds everything captured (kept, owner-only, "
+                    "unredacted)",
+            "export_by_hand": f"nsys export --type sqlite --output {report.stem}.sqlite {report.name}",
+            "or_analyse": "perfdoctor analyze RUN_DIR (exports it into ~/.cache/perfdoctor, outside RUN_DIR)"}
+
+
 def _export_all(cli: NsysCli, reports: list[Path], options: CaptureOptions, private: Path, secrets: set[str],
-                interrupts: Interrupts, notes: list[str], say: Callable[[str], None]) -> list[Path]:
+                interrupts: Interrupts, notes: list[str], say: Callable[[str], None],
+                lost: list[dict[str, str]]) -> list[Path]:
     """Export each report to SQLite through a hidden file that is scrubbed into ``X.sqlite`` and removed
-    (``X.sqlite`` never holds a secret, not even for a moment); with ``keep_reports`` off, delete each
-    report once its scrubbed export is in place."""
+    (``X.sqlite`` never holds a secret, not even for a moment); unless ``keep_reports``, delete each
+    report once its scrubbed export is in place. A report left without its export is kept, and ``lost``
+    gets what that means and how to export it by hand (:func:`not_exported`)."""
     env = dict(os.environ)
     env["TMPDIR"] = str(private)
     state = _enter_export(interrupts, say, stopping="stopping the export; the .nsys-rep report(s) are kept",
@@ -444,8 +470,9 @@ def _export_all(cli: NsysCli, reports: list[Path], options: CaptureOptions, priv
     for report in reports:
         target = report.with_suffix(".sqlite")
         if state["abort"]:
+            lost.append(not_exported(report, f"not started: {interrupts.name} stopped the export"))
             notes.append(f"{report.name} not exported ({interrupts.name}): export it by hand with "
-                         f"`nsys export --type sqlite {report.name}`")
+                         f"`{lost[-1]['export_by_hand']}`")
             continue
         if target.exists() and not options.force:
             notes.append(f"{target.name} exists: not re-exported (pass --force to overwrite)")
@@ -456,12 +483,14 @@ def _export_all(cli: NsysCli, reports: list[Path], options: CaptureOptions, priv
         if output is None:
             tail = " ".join(log.strip().splitlines()[-2:])
             reason = f"stopped by {interrupts.name}" if state["abort"] else f"failed: {tail}"
+            lost.append(not_exported(report, reason))
             notes.append(f"export of {report.name} {reason}; the report is kept: export it by hand with "
-                         f"`nsys export --type sqlite {report.name}`")
+                         f"`{lost[-1]['export_by_hand']}`")
             continue
         try:
             scrub.scrub_sqlite(raw, target, secrets)
         except sqlite3.Error as exc:
+            lost.append(not_exported(report, f"could not be scrubbed of secrets ({exc})"))
             notes.append(f"export of {report.name} could not be scrubbed of secrets ({exc}), so it was not kept; "
                          "the report is kept")
             continue

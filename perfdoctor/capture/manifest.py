@@ -46,9 +46,10 @@ def build_manifest(*, run_dir: Path, command: Sequence[str], wrapped: Sequence[s
                    interrupted_during: str | None, signals: int, nsys: Mapping[str, Any] | None,
                    options: Mapping[str, Any], env: Mapping[str, str], files: Sequence[Path],
                    gpus: Sequence[str], notes: Sequence[str], secrets: Sequence[str] | set[str] = (),
-                   profiler: str = "nsys") -> dict[str, Any]:
+                   profiler: str = "nsys", not_exported: Sequence[Mapping[str, str]] = ()) -> dict[str, Any]:
     """``exit_code`` is the training command's (None: never started); ``capture_exit_code`` perfdoctor's;
-    ``profiler`` what recorded the run (nsys, or torch: each rank's torch.profiler, ``nsys`` None).
+    ``profiler`` what recorded the run (nsys, or torch: each rank's torch.profiler, ``nsys`` None);
+    ``not_exported``: the reports left without an SQLite export, what that loses and how to export them.
     Every string that comes from the user (command, options, notes, environment) is redacted."""
     ranks = rank_records(run_dir)
     memory = {str(r.get("rank")): r.get("memory", {}) for r in ranks}
@@ -87,6 +88,7 @@ def build_manifest(*, run_dir: Path, command: Sequence[str], wrapped: Sequence[s
         "memory": memory,
         "files": sorted(str(p.relative_to(run_dir)) for p in files),
         "env": {k: redact_text(v, secrets) for k, v in tuning_env(dict(env)).items()},
+        "not_exported": [{k: redact_text(v, secrets) for k, v in entry.items()} for entry in not_exported],
         "notes": [redact_text(n, secrets) for n in notes],
     }
 

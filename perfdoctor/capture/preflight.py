@@ -1,7 +1,8 @@
 """Checks before a capture launches anything, so that a long job never runs for nothing.
 
 * The command exists (else exit 127 at once, as a shell says "command not found"; nsys would
-  otherwise fail to launch it, and be retried).
+  otherwise fail to launch it, and be retried) and is executable (else exit 126, as a shell says
+  "Permission denied" for a file it found but cannot run).
 * The Python that will run the ranks can emit the labels: the hook's own NVTX back-end choice
   (:func:`perfdoctor.capture.hook.nvtx_emit.make_emitter`: the ``nvtx`` package, else the NVTX C
   library) is run in that interpreter, with the training environment. Without a back end every
@@ -19,6 +20,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 from collections.abc import Mapping
@@ -45,11 +47,34 @@ class CommandNotFound(PerfdoctorError):
     exit_code = 127
 
 
+class CommandNotExecutable(PerfdoctorError):
+    """The training command exists but cannot be run (not executable, a directory): exit 126, as a shell."""
+
+    exit_code = 126
+
+
 def check_command(launch: launch_command.Launch) -> None:
     """The first program of the launch (srun, torchrun, python or the program) can be run."""
     first = (launch.srun or launch.torchrun or launch.program)[0]
-    if shutil.which(first) is None:
-        raise CommandNotFound(f"{first}: command not found (nothing was started)")
+    if shutil.which(first) is not None:
+        return
+    found = _found_but_not_executable(first)
+    if found is not None:
+        why = "is a directory" if found.is_dir() else "not executable"
+        raise CommandNotExecutable(f"{found}: permission denied ({why}; nothing was started)")
+    raise CommandNotFound(f"{first}: command not found (nothing was started)")
+
+
+def _found_but_not_executable(command: str) -> Path | None:
+    """The file a shell would find for ``command`` and then refuse to run: the path itself when it names
+    one, else the first such file on PATH (``shutil.which`` skips them)."""
+    if "/" in command:
+        return Path(command) if Path(command).exists() else None
+    for folder in os.environ.get("PATH", os.defpath).split(os.pathsep):
+        candidate = Path(folder or ".") / command
+        if candidate.exists():
+            return candidate
+    return None
 
 
 def check_nsys(cli: NsysCli) -> None:

@@ -21,7 +21,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from perfdoctor.errors import InputError
+from perfdoctor.config_values import value_problem, world_problem
+from perfdoctor.errors import InputError, UsageError
 
 MAX_BYTES = 4 * 1024 * 1024  # a config is kilobytes; refuse before parsing a large file
 # perfdoctor key -> the field names frameworks use for it.
@@ -51,7 +52,6 @@ SAME_NAME = (
     "account_for_loss_in_pipeline_split", "fp8", "swiglu", "gpus_per_node",
 )
 KEY_OF_FIELD = {field: key for key, fields in ALIASES.items() for field in fields} | {f: f for f in SAME_NAME}
-PARALLEL_SIZES = ("tp", "pp", "vpp", "cp", "dp", "ep", "etp")
 
 
 def load_config_file(path: Path) -> dict[str, Any]:
@@ -67,6 +67,8 @@ def load_config_file(path: Path) -> dict[str, Any]:
         if key not in found or candidate[0] < found[key][0]:
             found[key] = candidate
     config = {key: value for key, (_, _, value) in found.items()}
+    if problem := world_problem(config):
+        raise InputError(f"{path}: {problem}")
     if "num_microbatches" not in config and all(config.get(k) for k in ("global_batch_size", "micro_batch_size", "dp")):
         per_step, rest = divmod(config["global_batch_size"], config["micro_batch_size"] * config["dp"])
         if per_step and not rest:
@@ -120,10 +122,9 @@ def _scalar(value: Any) -> bool:
 
 
 def _typed(path: Path, where: str, key: str, value: Any) -> Any:
-    """Parallel sizes are positive integers; anything else there is a bad file, not a guess."""
-    if key in PARALLEL_SIZES or key in ("num_microbatches", "micro_batch_size", "global_batch_size", "num_layers"):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise InputError(f"{path}: {where}: expected a positive integer, got {value!r}")
+    """Sizes are bounded whole numbers (perfdoctor.config_values); anything else there is a bad file, not a guess."""
+    if problem := value_problem(key, value):
+        raise InputError(f"{path}: {where}: {problem}")
     return value
 
 
@@ -131,4 +132,6 @@ def user_config(config_file: Path | None, flags: dict[str, Any]) -> tuple[dict[s
     """The values the user gave and their sources: the --config file's, overridden by command-line flags."""
     from_file = load_config_file(config_file) if config_file is not None else {}
     given = {k: v for k, v in flags.items() if v is not None}
+    if problem := world_problem({**from_file, **given}):
+        raise UsageError(f"parallel sizes: {problem}")
     return {**from_file, **given}, {**dict.fromkeys(from_file, "config-file"), **dict.fromkeys(given, "cli")}

@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from perfdoctor.config_values import MAX_SIZE, value_problem, world_problem
+from perfdoctor.errors import InputError, shown, shown_key
 from perfdoctor.memo import per_object
 from perfdoctor.table import Table, factorize
 
@@ -18,6 +20,7 @@ if TYPE_CHECKING:
     from perfdoctor.model import Timeline
 
 DOMAIN = "perfdoctor"
+RANK_FIELDS = ("r", "local", "world")
 
 def parse_label(text: str) -> tuple[str, dict[str, str]]:
     """``"comm op=all_reduce group=dp"`` → ``("comm", {"op": "all_reduce", "group": "dp"})``."""
@@ -93,23 +96,43 @@ def _our_rows(nvtx: Table) -> np.ndarray:
 
 
 def rank_mark(timeline: Timeline) -> dict[str, int] | None:
-    """The ``rank r=.. local=.. world=..`` mark of a process, if the capture hook wrote one."""
+    """The ``rank r=.. local=.. world=..`` mark of a process, if the capture hook wrote one; a mark whose
+    numbers are not ranks (text, negative, beyond :data:`MAX_SIZE`) is a damaged file."""
     for text in labelled(timeline.nvtx, "rank")["text"]:
         _, fields = parse_label(text)
-        try:
-            return {k: int(v) for k, v in fields.items()}
-        except ValueError:
-            continue
+        mark = {}
+        for key in RANK_FIELDS:
+            if key not in fields:
+                continue
+            value = fields[key]
+            low = 1 if key == "world" else 0
+            if not (value.isascii() and value.isdigit() and len(value) <= 7 and low <= int(value) <= MAX_SIZE):
+                raise InputError(f"{timeline.trace.path}: NVTX mark {shown(text, 80)}: {key}={shown(value)} is not a "
+                                 f"whole number from {low} to {MAX_SIZE:,}")
+            mark[key] = int(value)
+        return mark
     return None
 
 
 def config_mark(timeline: Timeline) -> dict[str, Any]:
-    """The ``config {json}`` mark of a process (parallel and model config known at capture time)."""
+    """The ``config {json}`` mark of a process (parallel and model config known at capture time); a mark
+    that is not a JSON object of valid values (perfdoctor.config_values) is a damaged file."""
     for text in labelled(timeline.nvtx, "config")["text"]:
+        where = f"{timeline.trace.path}: NVTX mark {shown(text, 80)}"
         try:
-            value = json.loads(text.partition(" ")[2])
-        except json.JSONDecodeError:
-            continue
-        if isinstance(value, dict):
-            return value
+            value = json.loads(text.partition(" ")[2], parse_constant=_not_a_number)
+        except (json.JSONDecodeError, ValueError, RecursionError) as exc:
+            raise InputError(f"{where}: not a JSON object ({str(exc).splitlines()[0]})") from None
+        if not isinstance(value, dict):
+            raise InputError(f"{where}: not a JSON object of config values")
+        for key, item in value.items():
+            if problem := value_problem(key, item):
+                raise InputError(f"{where}: {shown_key(key)}: {problem}")
+        if problem := world_problem(value):
+            raise InputError(f"{where}: {problem}")
+        return value
     return {}
+
+
+def _not_a_number(name: str) -> Any:
+    raise ValueError(f"{name} is not a number")

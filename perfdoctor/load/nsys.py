@@ -11,11 +11,13 @@ The file is only ever read: see :mod:`perfdoctor.load.sqlite_export`.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 
-from perfdoctor.errors import InputError
+from perfdoctor.errors import InputError, shown
 from perfdoctor.load.graph_trace import with_graph_replays
 from perfdoctor.load.nccl_payload import read_payloads
 from perfdoctor.load.sqlite_export import SqliteExport
@@ -38,6 +40,7 @@ NVTX_KEPT_TYPES = (NVTX_MARK, NVTX_PUSH_POP, NVTX_START_END, NVTXT_PUSH_POP, NVT
 # Event class of OS runtime calls in OSRT_API (31/32 are zero-length "profiling started/finished" markers).
 OSRT_CALL_CLASS = 27
 
+INT64_LIMIT = 2**63
 TID_BITS = 24
 PID_MASK = ~((1 << TID_BITS) - 1)  # globalTid → globalPid
 ID_MASK = (1 << TID_BITS) - 1  # the 24-bit pid or tid field
@@ -50,8 +53,34 @@ SYNC_TABLE = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"
 CUDA_TABLES = (KERNEL_TABLE, RUNTIME_TABLE, MEMCPY_TABLE, MEMSET_TABLE)
 
 NAME_COLUMNS = ("short_name", "demangled_name", "name")  # dictionary-encoded text (table.Strings)
+# String ids up to this span (per row, plus a constant) are mapped through a lookup table sized by the
+# largest id; beyond it (sparse ids, or a damaged one near 2**63) they are sorted instead.
+_DENSE_IDS_PER_ROW = 4
+_DENSE_IDS = 1 << 22
 _API_VERSION_SUFFIX = re.compile(r"_v\d+$")
 _ENV_ROW = re.compile(r"^PROCESS_\d+:ENVIRONMENT_VARIABLE$")
+
+
+class BadValue(ValueError):
+    """A value of the wrong type or range in a column of the export; the reader of the table names it
+    (:func:`_values_of`)."""
+
+    def __init__(self, table: str | None, column: str, value: object, expected: str) -> None:
+        super().__init__(column)
+        self.table, self.column, self.value, self.expected = table, column, value, expected
+
+    def __str__(self) -> str:
+        return f"table {self.table}, column {_export_column(self.column)}: {shown(self.value)} is not {self.expected}"
+
+
+@contextmanager
+def _values_of(table: str) -> Iterator[None]:
+    """Name ``table`` in the :class:`BadValue` of a column read inside."""
+    try:
+        yield
+    except BadValue as exc:
+        exc.table = exc.table or table
+        raise
 
 
 def pid_of(global_id: int) -> int:
@@ -77,6 +106,8 @@ def load_export(path: str | Path, *, detail: bool = True) -> tuple[TraceInfo, li
     try:
         info = read_trace_info(db)
         timelines = read_timelines(db, info, detail=detail)
+    except BadValue as exc:
+        raise InputError(f"{path}: {exc}") from None
     except (TypeError, ValueError, AttributeError, OverflowError, KeyError, IndexError) as exc:
         # The readers trust the column types nsys writes; an edited or damaged export (text where an
         # integer belongs, a blob for a name, a key missing) is bad input, not a perfdoctor bug.
@@ -206,13 +237,21 @@ def _gpus(db: SqliteExport) -> dict[int, GpuInfo]:
 
 def read_timelines(db: SqliteExport, info: TraceInfo, *, detail: bool = True) -> list[Timeline]:
     """Split the file's events into one Timeline per (process, device)."""
-    strings = _strings(db)
-    kernels = with_graph_replays(db, _kernels(db, strings, detail), info.warnings)  # graph-mode CUDA graphs as rows
-    memcpy = _device_table(db, MEMCPY_TABLE, {"bytes": "bytes", "copy_kind": "copyKind"})
-    memset = _device_table(db, MEMSET_TABLE, {"bytes": "bytes"})
-    sync = _device_table(db, SYNC_TABLE, {"sync_type": "syncType"})
-    api = _api_calls(db, strings, detail)
-    nvtx, thread_names_nvtx = _nvtx(db, strings, detail)
+    with _values_of("StringIds"):
+        strings = _strings(db)
+    with _values_of(KERNEL_TABLE):
+        kernels = _kernels(db, strings, detail)
+    kernels = with_graph_replays(db, kernels, info.warnings)  # graph-mode CUDA graphs as rows
+    with _values_of(MEMCPY_TABLE):
+        memcpy = _device_table(db, MEMCPY_TABLE, {"bytes": "bytes", "copy_kind": "copyKind"})
+    with _values_of(MEMSET_TABLE):
+        memset = _device_table(db, MEMSET_TABLE, {"bytes": "bytes"})
+    with _values_of(SYNC_TABLE):
+        sync = _device_table(db, SYNC_TABLE, {"sync_type": "syncType"})
+    with _values_of(RUNTIME_TABLE):
+        api = _api_calls(db, strings, detail)
+    with _values_of("NVTX_EVENTS"):
+        nvtx, thread_names_nvtx = _nvtx(db, strings, detail)
     nccl, undecoded = read_payloads(db, strings)
     if undecoded:
         info.warnings.append(f"{undecoded} NVTX payload blob(s) could not be decoded (binaryData layout not "
@@ -316,7 +355,20 @@ def _strings(db: SqliteExport) -> StringIds:
     if not db.has("StringIds"):
         return StringIds(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=object))
     frame = db.read("StringIds", {"id": "id", "value": "value"})
-    return StringIds(_int(frame, "id"), frame.col("value", dtype=object))
+    values = frame.col("value", dtype=object)
+    _check_text(values, "StringIds", "value")
+    return StringIds(_int(frame, "id"), values)
+
+
+def _check_text(values: np.ndarray, table: str, column: str) -> None:
+    """Text columns hold text (or NULL); a blob or a number there is a damaged export. One pass over the
+    values' types, then a search only when a wrong one is present."""
+    types = set(map(type, values))
+    if types <= {str, type(None)}:
+        return
+    bad = next((v for v in values if not (v is None or type(v) is str or (type(v) is float and v != v))), None)
+    if bad is not None:  # NaN is how the Arrow reader gives a NULL
+        raise BadValue(table, column, bad, "text")
 
 
 def _names(ids: np.ndarray, strings: StringIds, clean: re.Pattern[str] | None = None) -> Strings:
@@ -326,27 +378,48 @@ def _names(ids: np.ndarray, strings: StringIds, clean: re.Pattern[str] | None = 
     """
     if ids.size and ids.min() < 0:
         ids = np.where(ids < 0, 0, ids)
-    present = np.zeros(int(ids.max(initial=0)) + 1, dtype=bool)
-    present[ids] = True
-    uniq = np.flatnonzero(present)
+    if int(ids.max(initial=0)) > _DENSE_IDS_PER_ROW * ids.size + _DENSE_IDS:  # sparse (or damaged) ids: sort
+        uniq, id_codes = np.unique(ids, return_inverse=True)
+    else:
+        present = np.zeros(int(ids.max(initial=0)) + 1, dtype=bool)
+        present[ids] = True
+        uniq = np.flatnonzero(present)
+        id_codes = None
     values = strings.lookup(uniq)
     values = np.array([f"<string {u}>" if not isinstance(v, str) else (clean.sub("", v) if clean else v)
                        for u, v in zip(uniq, values)], dtype=object)
     # Cleaning can merge names (cudaLaunchKernel_v7000 / _v11000): categories must stay unique.
     cats, remap = np.unique(values, return_inverse=True)
-    code_of_id = np.zeros(present.size, dtype=np.int32)
+    if id_codes is not None:
+        return Strings(remap.astype(np.int32)[id_codes], cats)
+    code_of_id = np.zeros(int(uniq[-1]) + 1 if uniq.size else 1, dtype=np.int32)
     code_of_id[uniq] = remap
     return Strings(code_of_id[ids], cats)
 
 
 def _int(frame: Table, column: str, fill: int = -1) -> np.ndarray:
-    """An integer column with NULLs replaced (the readers give nullable integers as float with NaN)."""
+    """An integer column with NULLs replaced (the readers give nullable integers as float with NaN); a
+    value that is not a 64-bit integer (a real beyond its range, text, a blob) is :class:`BadValue`."""
     col = frame[column]
     if col.dtype.kind in "iu":
         return col.astype(np.int64, copy=False)
     if col.dtype.kind == "f":
-        return np.where(np.isnan(col), fill, col).astype(np.int64)
-    return np.array([fill if v is None or v != v else v for v in col], dtype=np.int64)
+        filled = np.where(np.isnan(col), fill, col)
+        outside = ~(np.abs(filled) < INT64_LIMIT)
+        if outside.any():
+            raise BadValue(None, column, float(filled[np.argmax(outside)]), "a 64-bit integer")
+        return filled.astype(np.int64)
+    values = [fill if v is None or (type(v) is float and v != v) else v for v in col]
+    try:
+        return np.array(values, dtype=np.int64)
+    except (OverflowError, ValueError, TypeError):
+        bad = next(v for v in values if not _is_int64(v))
+        raise BadValue(None, column, bad, "a 64-bit integer") from None
+
+
+def _is_int64(value: object) -> bool:
+    return (isinstance(value, (int, np.integer)) and -INT64_LIMIT <= value < INT64_LIMIT) or (
+        isinstance(value, float) and abs(value) < INT64_LIMIT)
 
 
 def _integers(raw: Table, columns: list[str]) -> Table:
@@ -363,6 +436,23 @@ def _select(db: SqliteExport, table: str, wanted: dict[str, str]) -> dict[str, s
             raise InputError(f"{db.path}: table {table} has no {wanted[required]!r} column: not an nsys export "
                              "perfdoctor can read")
     return {out: (src if src in cols else "NULL") for out, src in wanted.items()}
+
+
+# Our name -> the export's, of the columns every device table (memcpy, memset, sync) has, and of NVTX_EVENTS.
+DEVICE_COLUMNS = {"start": "start", "end": "end", "device_id": "deviceId", "stream": "streamId",
+                  "correlation_id": "correlationId", "global_pid": "globalPid"}
+NVTX_COLUMNS = {"start": "start", "end": "end", "event_type": "eventType", "tid": "globalTid",
+                "end_tid": "endGlobalTid", "domain_id": "domainId", "text": "text", "text_id": "textId",
+                "range_id": "rangeId", "category": "category", "int64": "int64Value", "uint64": "uint64Value",
+                "int32": "int32Value", "uint32": "uint32Value", "double_value": "doubleValue",
+                "float_value": "floatValue"}
+
+
+def _export_column(name: str) -> str:
+    """The export's name of a column the readers renamed (for messages about its values)."""
+    names = {**DEVICE_COLUMNS, "copy_kind": "copyKind", "sync_type": "syncType", **_kernel_columns(True),
+             **_api_columns(True), **NVTX_COLUMNS}
+    return names.get(name, name)
 
 
 def _kernel_columns(detail: bool) -> dict[str, str]:
@@ -393,8 +483,7 @@ def _kernels(db: SqliteExport, strings: StringIds, detail: bool = True) -> Table
 
 
 def _device_table(db: SqliteExport, table: str, extra: dict[str, str]) -> Table:
-    wanted = {"start": "start", "end": "end", "device_id": "deviceId", "stream": "streamId",
-              "correlation_id": "correlationId", "global_pid": "globalPid", **extra}
+    wanted = {**DEVICE_COLUMNS, **extra}
     raw = db.read(table, _select(db, table, wanted))
     if not len(raw):
         return _empty(list(wanted))
@@ -428,11 +517,7 @@ def _nvtx(db: SqliteExport, strings: StringIds, detail: bool = True) -> tuple[Ta
     table = "NVTX_EVENTS"
     if table not in db.tables:
         return _empty(columns), {}
-    wanted = {"start": "start", "end": "end", "event_type": "eventType", "tid": "globalTid",
-              "end_tid": "endGlobalTid", "domain_id": "domainId", "text": "text", "text_id": "textId",
-              "range_id": "rangeId", "category": "category", "int64": "int64Value", "uint64": "uint64Value",
-              "int32": "int32Value", "uint32": "uint32Value", "double_value": "doubleValue",
-              "float_value": "floatValue"}
+    wanted = NVTX_COLUMNS
     if not detail:  # the sources of DETAIL_COLUMNS["nvtx"]
         wanted = {k: v for k, v in wanted.items() if k not in ("range_id", "category", "int64", "uint64", "int32",
                                                                "uint32", "double_value", "float_value")}
@@ -442,6 +527,7 @@ def _nvtx(db: SqliteExport, strings: StringIds, detail: bool = True) -> tuple[Ta
     event_type = _int(raw, "event_type")
     text_ids = _int(raw, "text_id")
     text = raw.col("text", dtype=object)
+    _check_text(text, "NVTX_EVENTS", "text")
     missing = np.array([v is None or v != v for v in text], dtype=bool) & (text_ids >= 0)
     if missing.any():
         text = text.copy()

@@ -2,7 +2,7 @@
 
 Two connections serve two purposes:
 
-* a Python ``sqlite3`` connection opened with ``mode=ro`` checks the file, lists tables and columns,
+* a Python ``sqlite3`` connection opened read-only checks the file, lists tables and columns,
   and reads the small metadata tables;
 * connectorx reads the large event tables in Rust into Arrow columns (chosen by measurement,
   ``benchmarks/bench_readers.py``, in docs/benchmarks.md: about 1.5–1.8× the time of a C-level
@@ -15,9 +15,13 @@ Two connections serve two purposes:
   before connectorx would be imported. connectorx hands its columns over as Arrow C structs, copied
   into numpy by :mod:`perfdoctor.load.arrow_c` without importing pyarrow.
 
-connectorx cannot be asked for ``mode=ro``, so it is only handed a file that the read-only
-connection has already opened and validated, and never one with a hot journal or WAL beside it (a
-read-write connection could roll that journal back into the user's file).
+Both open the file as the SQLite URI ``file:PATH?mode=ro&immutable=1`` (:func:`read_only_uri`), so
+reading never creates a file beside the input. connectorx takes a plain path after ``sqlite://`` and
+opens it read-write, creating it when it is missing (``?mode=ro`` there becomes part of a new file's
+name), and for a file in WAL journal mode it creates ``-wal`` and ``-shm`` beside it while it reads;
+handed the URI instead (percent-encoded whole, which connectorx decodes once), SQLite opens it as a
+URI. A file with a hot journal or a WAL file beside it is refused before either opens it: immutable
+reads would ignore the changes those hold.
 """
 
 from __future__ import annotations
@@ -46,7 +50,7 @@ class SqliteExport:
     def __init__(self, path: Path) -> None:
         self.path = path
         self._check_file()
-        uri = "file:" + urllib.parse.quote(str(path.resolve())) + "?mode=ro"
+        uri = read_only_uri(path)
         try:
             self.conn = sqlite3.connect(uri, uri=True)
             rows = self.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
@@ -178,7 +182,8 @@ class SqliteExport:
         checks every value against sqlite3)."""
         from connectorx.connectorx import read_sql
 
-        url = "sqlite://" + urllib.parse.quote(str(self.path.resolve()))
+        # connectorx decodes the URL once and hands the rest to SQLite, which opens a file: URI as one
+        url = "sqlite://" + urllib.parse.quote(read_only_uri(self.path), safe="")
         try:
             return read_sql(url, "arrow", queries=[sql], protocol="binary", partition_query=None)
         except BaseException as exc:  # connectorx raises Rust panics as BaseException subclasses
@@ -196,6 +201,14 @@ class SqliteExport:
 
     def close(self) -> None:
         self.conn.close()
+
+
+def read_only_uri(path: Path) -> str:
+    """The SQLite URI that opens ``path`` read-only and immutable: SQLite takes no locks and opens no
+    journal, so no ``-journal``, ``-wal`` or ``-shm`` file appears beside it, even for a file in WAL
+    journal mode (whose content is all in the file when no ``-wal`` lies beside it: one that does is
+    refused before), and a missing file is an error, never created."""
+    return "file:" + urllib.parse.quote(str(path.resolve())) + "?mode=ro&immutable=1"
 
 
 def _present(columns: Mapping[str, str]) -> dict[str, str]:

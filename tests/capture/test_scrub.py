@@ -136,7 +136,7 @@ def test_no_file_capture_writes_holds_a_secret(fake_nsys: Path, tmp_path: Path) 
 
 
 def test_kept_reports_are_announced_as_unscrubbed(fake_nsys: Path, tmp_path: Path) -> None:
-    proc = capture(fake_nsys, tmp_path / "run", "true")
+    proc = capture(fake_nsys, tmp_path / "run", "true", options=("--keep-reports", "yes"))
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 0, err
-    assert "unredacted" in err and "--keep-reports no" in err
+    assert "unredacted" in err and "--keep-reports yes" in err

@@ -2,9 +2,10 @@
 
 CPU build of torch, gloo, Debian nsys 2022.4 (installed by .ci/run): the run directory must hold
 SQLite exports whose NVTX carries the step ranges of the window, comm ranges labelled with both
-groups, rank/config marks and GC ranges; a manifest; no byte of any file but the .nsys-rep holding a
-secret of the environment or the command line (also once the report is re-exported by the 2023.4 and
-2024.2 exporters, whose META_DATA_CAPTURE holds the environment and command line, and scrubbed); and
+groups, rank/config marks and GC ranges; a manifest; no byte of any file but the .nsys-rep (kept here
+with --keep-reports yes, owner-only) holding a secret of the environment or the command line (also once
+the report is re-exported by the 2023.4 and 2024.2 exporters, whose META_DATA_CAPTURE holds the
+environment and command line, and scrubbed); under default options no byte of any file at all; and
 `perfdoctor analyze RUN_DIR` must find the steps and ranks. Marked nsys: CI refuses to skip it.
 """
 
@@ -14,6 +15,7 @@ import json
 import os
 import shutil
 import sqlite3
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -43,8 +45,8 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         pytest.skip("no torch (`pip install torch==2.13.0` installs the CPU build here; .ci/run does)")
     run = tmp_path_factory.mktemp("capture") / "run"
     env = {**os.environ, **SECRET_ENV, "NCCL_ALGO": "Ring"}
-    proc = subprocess.run([sys.executable, "-m", "perfdoctor", "capture", "--out", str(run), "--steps", "2-4", "--",
-                           *TRAIN],
+    proc = subprocess.run([sys.executable, "-m", "perfdoctor", "capture", "--out", str(run), "--steps", "2-4",
+                           "--keep-reports", "yes", "--", *TRAIN],
                           capture_output=True, text=True, timeout=300, env=env, stdin=subprocess.DEVNULL)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert not [v for v in SECRET_VALUES if v in proc.stderr]
@@ -109,9 +111,11 @@ def leaks(path: Path) -> list[str]:
 
 
 def test_no_file_but_the_report_holds_a_secret(run_dir: Path) -> None:
+    """With --keep-reports yes; by default the report is deleted once exported (the test below)."""
     files = [p for p in run_dir.rglob("*") if p.is_file()]
     (report,) = [p for p in files if p.suffix == ".nsys-rep"]
-    assert leaks(report)  # the report holds them: that is why it is announced, and --keep-reports no exists
+    assert leaks(report)  # the report holds them: that is why it is owner-only, announced, and not kept by default
+    assert stat.S_IMODE(report.stat().st_mode) == 0o600
     checked = [p for p in files if p != report]
     assert {p.suffix for p in checked} >= {".sqlite", ".json"}
     assert {str(p): leaks(p) for p in checked} == {str(p): [] for p in checked}
@@ -134,3 +138,20 @@ def test_newer_exporters_schemas_are_scrubbed_too(run_dir: Path, release: str, t
     with sqlite3.connect(clean) as db:
         values = {v for (v,) in db.execute("SELECT value FROM META_DATA_CAPTURE")}
     assert 'MY_API_TOKEN="<redacted>"' in values and 'NCCL_ALGO="Ring"' in values
+
+
+def test_default_capture_leaves_no_secret_in_any_file(tmp_path: Path) -> None:
+    """Default options (the report deleted once exported): no byte of any file of the run directory
+    holds a secret of the environment or the command line."""
+    if shutil.which("nsys") is None:
+        pytest.skip("no nsys on PATH (scripts/install_nsys.sh installs nsys 2022.4 on Debian 12)")
+    run = tmp_path / "run"
+    program = [sys.executable, "-c", "import sys; print(sys.argv)", *SECRET_ARGS]
+    proc = subprocess.run([sys.executable, "-m", "perfdoctor", "capture", "--out", str(run), "--", *program],
+                          capture_output=True, text=True, timeout=300, env={**os.environ, **SECRET_ENV},
+                          stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    files = [p for p in run.rglob("*") if p.is_file()]
+    assert {p.suffix for p in files} >= {".sqlite", ".json"} and not [p for p in files if p.suffix == ".nsys-rep"]
+    assert {str(p): leaks(p) for p in files} == {str(p): [] for p in files}
+    assert not [v for v in SECRET_VALUES if v in proc.stderr]

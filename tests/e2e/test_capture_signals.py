@@ -25,7 +25,8 @@ WAITING = ("import sys, time\ntry:\n    print('ready', flush=True)\n    time.sle
 def interrupt(run: Path, command: list[str], signals: tuple[signal.Signals, ...]) -> tuple[int, str]:
     if shutil.which("nsys") is None:
         pytest.skip("no nsys on PATH (scripts/install_nsys.sh installs nsys 2022.4 on Debian 12)")
-    proc = subprocess.Popen([sys.executable, "-m", "perfdoctor", "capture", "--out", str(run), "--", *command],
+    proc = subprocess.Popen([sys.executable, "-m", "perfdoctor", "capture", "--out", str(run), "--keep-reports", "yes",
+                             "--", *command],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
     for line in proc.stdout:  # nsys prints its own lines too
         if line.strip() == "ready":

@@ -4,6 +4,7 @@ hang or a bomb fails its test instead of taking the (shared) machine down."""
 from __future__ import annotations
 
 import hashlib
+import os
 import resource
 import subprocess
 import sys
@@ -28,10 +29,13 @@ def _limits() -> None:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # a crash must not write a core file
 
 
-def perfdoctor(*args: str | Path, timeout: float = TIMEOUT_S, stdout=subprocess.PIPE) -> Result:
-    """``python -m perfdoctor ARGS`` from the repository root (this checkout's package)."""
+def perfdoctor(*args: str | Path, timeout: float = TIMEOUT_S, stdout=subprocess.PIPE,
+               env: dict[str, str] | None = None) -> Result:
+    """``python -m perfdoctor ARGS`` from the repository root (this checkout's package); ``env``: added to
+    this process's environment."""
     proc = subprocess.run([sys.executable, "-m", "perfdoctor", *map(str, args)], cwd=REPO, stdout=stdout,
-                          stderr=subprocess.PIPE, text=True, errors="replace", timeout=timeout, preexec_fn=_limits)
+                          stderr=subprocess.PIPE, text=True, errors="replace", timeout=timeout, preexec_fn=_limits,
+                          env=None if env is None else {**os.environ, **env})
     return Result(proc.returncode, proc.stdout or "", proc.stderr)
 
 
