@@ -15,6 +15,7 @@ import numpy as np
 
 from perfdoctor import __version__
 from perfdoctor.blame.causes import BLOCKING_KEYS
+from perfdoctor.blame.focus import marks
 from perfdoctor.blame.graph import device_ops, edges
 from perfdoctor.blame.join import across as blocking_across
 from perfdoctor.blame.join import join
@@ -294,7 +295,8 @@ def analyze_timeline(tl: Timeline, config: dict[str, Any], excerpts: bool, trace
     if gaps is not None:
         result.collectives = collectives(tl, act, steps, groups, by_group, gaps)
         ops = device_ops(tl, kcls, ccls, groups)
-        result.blame = rank_path(tl, ops, edges(ops, tl.sync), steps, np.flatnonzero(groups.codes >= 0))
+        result.blame = rank_path(tl, ops, edges(ops, tl.sync), steps, np.flatnonzero(groups.codes >= 0),
+                                 marks(tl, kcls, steps, ops))
     return result
 
 

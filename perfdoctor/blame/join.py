@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from perfdoctor.blame.causes import BLOCKING_KEYS, CAUSES, CODE, metric_key, whatif_key
+from perfdoctor.blame.causes import BLOCKING_KEYS, CAUSES, CODE, FOCUS, metric_key, whatif_key
 from perfdoctor.blame.path import RankPath
 from perfdoctor.classify.groups import GROUPS
 from perfdoctor.measure.collectives import Collectives
@@ -159,6 +159,8 @@ def _metrics(by_cause: np.ndarray, rp: RankPath) -> dict[str, Any]:
     row = by_cause[middle].mean(axis=0)
     out: dict[str, Any] = {metric_key(c): round(float(row[j]) / NS_PER_MS, 6) for j, c in enumerate(CAUSES)}
     out["blocking.residual_ms"] = round((float(np.median(rp.durations)) - float(row.sum())) / NS_PER_MS, 6)
+    focus = rp.focus[middle].mean(axis=0) if rp.focus.shape[0] == n else np.zeros(len(FOCUS))
+    out |= {f"blocking.{f}_ms": round(float(focus[j]) / NS_PER_MS, 6) for j, f in enumerate(FOCUS)}
     return out
 
 
@@ -175,6 +177,14 @@ def _savings(row: np.ndarray, rp: RankPath, blocking: dict[str, Any]) -> dict[st
             continue
         saved = min(rp.saving[cause], max(float(row[j]), 0.0)) / NS_PER_MS
         out[whatif_key(cause)] = round(min(saved, blocking[metric_key(cause)]), 6)
+    rep = rp.focus[rp.representative] if rp.focus.shape[0] == len(rp.durations) else np.zeros(len(FOCUS))
+    for j, f in enumerate(FOCUS):  # the same for what the focus metrics weigh (perfdoctor.blame.focus)
+        key = f"blocking.{f}_ms"
+        if f not in rp.focus_saving:
+            out[f"whatif.{f}_ms"] = 0.0 if rep[j] <= 0 and not blocking[key] else None
+            continue
+        saved = min(rp.focus_saving[f], float(rep[j])) / NS_PER_MS
+        out[f"whatif.{f}_ms"] = round(min(saved, blocking[key]), 6)
     return out
 
 

@@ -43,10 +43,15 @@ class Replay:
         self.syncs = {tid: [(int(a), int(b)) for a, b in zip(*calls) if lo <= b <= hi]
                       for tid, calls in walker.blocking.items()}
         self.last_op = first + int(np.argmax(np.minimum(ops.end[first:stop], hi))) if stop > first else -1
+        self.no_sync = False
 
-    def saving(self, cause: int) -> int:
-        """ns the step would be shorter without ``cause`` (0 when it would not be)."""
+    def saving(self, cause: int, zero: list[bool] | None = None, cut: list[bool] | None = None,
+               no_sync: bool = False) -> int:
+        """ns the step would be shorter without ``cause`` (0 when it would not be); or (cause −1) without
+        the step's ops marked in ``zero``, with the ops marked in ``cut`` not waiting for another stream
+        (their event edge removed), or with every blocking call returning at once (``no_sync``)."""
         end2: dict[int, int] = {}
+        self.no_sync = no_sync
         removed = self._host_removal(cause) if cause in HOST_CAUSES else None
         before = self._removed_before_launch(removed)
         state = {tid: [0, 0, 0] for tid in self.syncs}
@@ -57,14 +62,15 @@ class Replay:
             if launch >= 0:
                 shift = self._shift(state, end2, self.tid_s[i], launch, removed, before[i])
                 start2 = launch - shift + (start - launch if launch == binding else 0)
-            for src in (self.stream_src[i], self.event_src[i]):
+            for src in (self.stream_src[i], -1 if cut is not None and cut[i] else self.event_src[i]):
                 if src >= 0:
                     ready = int(self.end[src])
                     # the latency it had after the edge that bound it; an edge that did not bind has none known
                     start2 = max(start2, end2.get(src, ready) + (start - ready if ready == binding else 0))
             if launch < 0 and self.stream_src[i] < 0 and self.event_src[i] < 0:
                 start2 = start
-            end2[n] = start2 + (0 if self.cause_s[i] == cause else self.end_s[i] - start)
+            gone = self.cause_s[i] == cause or (zero is not None and zero[i])
+            end2[n] = start2 + (0 if gone else self.end_s[i] - start)
         device = end2[self.last_op] if self.last_op >= 0 else self.lo
         device_old = min(int(self.end[self.last_op]), self.hi) if self.last_op >= 0 else self.lo
         host = device
@@ -87,7 +93,9 @@ class Replay:
             at_c0 = self._removed(removed, tid, self.lo, c0)
             early = st[1] + at_c0 - st[2]
             q = self.walker.last_ended(c1)
-            if q != -1 and self.end[q] > c0:
+            if self.no_sync:
+                c1_new = c0 - early
+            elif q != -1 and self.end[q] > c0:
                 q_end = int(self.end[q])
                 c1_new = max(c0 - early, end2.get(q, q_end) + (c1 - q_end))
             else:
