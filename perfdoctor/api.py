@@ -18,7 +18,7 @@ from perfdoctor.blame.causes import BLOCKING_KEYS
 from perfdoctor.blame.focus import marks
 from perfdoctor.blame.graph import device_ops, edges
 from perfdoctor.blame.join import across as blocking_across
-from perfdoctor.blame.join import join
+from perfdoctor.blame.join import join, late_blocking
 from perfdoctor.blame.path import RankPath, rank_path
 from perfdoctor.classify.framework import detect_framework, timeline_fingerprints
 from perfdoctor.classify.groups import GROUPS, label_groups
@@ -120,6 +120,7 @@ def analyze(paths: list[Path | str], config: dict[str, Any] | None = None,
         metrics.update(blocking.get(r) or dict.fromkeys(BLOCKING_KEYS))
     blocking_all = blocking_across(per_rank)
     metrics_all = across_ranks(per_rank) | across | peer_metrics(waits, per_rank, devices) | blocking_all
+    metrics_all["ranks.late_blocking_ms"] = late_blocking(per_rank, metrics_all.get("ranks.slowest"))
     warnings = ([sampled] if sampled else []) + list(run.warnings) + memory_warnings
     if (run.config.get("pp") or 1) > 1 and (missing := theory(run.config)[1]):
         flag = "--" + missing[0].replace("_", "-")

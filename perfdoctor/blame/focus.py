@@ -11,9 +11,9 @@ quantity that lies inside those causes, and weigh it on the path too (rules/READ
   delay (start − ready), i.e. the part of the NCCL kernel (or what the path followed) the norm waited
   through; the time stays blamed on that cause (usually a transfer);
 - ``sync_stall``: ``host.sync`` (the device draining while the CPU waits in a blocking call) plus the
-  host work on the path from each blocking call's return to the launch the device next waited for: the
-  CPU could not queue work ahead, so both are the synchronisation's cost. That host work stays blamed on
-  its own host cause too (launch, data, outside ops, ...).
+  host work on the path from each blocking call's return to the thread's next CUDA call: the CPU
+  computed with nothing queued, so both are the synchronisation's cost (once it launches again, its time
+  is launch work). That host work stays blamed on its own host cause too (launch, data, outside ops).
 
 They overlap the causes (never add them to the step) and get ``blocking.<name>_ms`` and, from the graph
 replayed without the kernels (the norms without their wait, the blocking calls returning at once),

@@ -122,6 +122,16 @@ def across(per_rank: dict[str, dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def late_blocking(per_rank: dict[str, dict[str, Any]], slowest: int | None) -> float | None:
+    """``ranks.late_blocking_ms``: the median over the ranks other than the slowest of their wait for a peer
+    on the critical path (``blocking.wait_rank_ms``); None with one rank or no straggler named."""
+    if slowest is None:
+        return None
+    values = [m["blocking.wait_rank_ms"] for r, m in per_rank.items()
+              if r != str(slowest) and m.get("blocking.wait_rank_ms") is not None]
+    return float(np.median(values)) if values else None
+
+
 def _waits(rank: int, cols: dict[int, Collectives], instances: dict[int, dict[str, np.ndarray]]
            ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
     """Per collective instance of ``rank`` (index into its Collectives): the wait for the last member in

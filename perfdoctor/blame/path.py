@@ -271,7 +271,7 @@ class _Walker:
                 return None
             c0, c1 = int(calls[0][j]), min(int(calls[1][j]), t)
             self._host_work(seg, c1, t, tid)
-            self.after_sync += t - c1
+            self.after_sync += self._before_next_call(tid, c1, t)
             q = self.last_ended(c1)
             if q != NONE and self.end[q] > max(c0, lo):
                 seg.add(self.end[q], c1, CODE["host.sync"])
@@ -279,6 +279,16 @@ class _Walker:
             seg.add(max(c0, lo), c1, CODE["host.sync"])
             t = c0
         return None
+
+    def _before_next_call(self, tid: int, c1: int, t: int) -> int:
+        """ns of [c1, t) on thread ``tid`` before its first CUDA call after ``c1``: the host computing
+        after a blocking call returned, before it queued anything again (once it launches, its time is
+        launch work, which the synchronisation did not cause)."""
+        calls = self.host.calls.get(tid)
+        if calls is None:
+            return t - c1
+        j = int(np.searchsorted(calls[0], c1, side="right"))
+        return (min(int(calls[0][j]), t) if j < calls[0].size else t) - c1
 
     def _host_work(self, seg: Segments, a: int, b: int, tid: int) -> None:
         """[a, b) of host work, split by cause; the pieces are laid back to back (their order inside the
