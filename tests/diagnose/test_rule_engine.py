@@ -224,6 +224,12 @@ def test_straggler_is_run_scope_and_points_at_the_slowest_rank(catalog):
     assert finding["ranks"] == [5] and finding["impact_ms_per_step"] == 25.0
     assert "slowest: rank 5" in finding["summary"]
     assert not _run([catalog["straggler-rank"]], {}, Context(metrics={"ranks.step_time_spread_fraction": 0.03}))
+    # matched collectives: the others' wait on their critical paths, not the exposure or the spread
+    matched = Context(metrics={"step.time_ms": 100.0, "ranks.step_time_spread_fraction": 0.25, "ranks.slowest": 5.0,
+                               "ranks.late_ms": 9.0, "ranks.late_blocking_ms": 6.0})
+    assert _run([catalog["straggler-rank"]], {}, matched)["straggler-rank"]["impact_ms_per_step"] == 6.0
+    matched.metrics |= {"ranks.late_blocking_ms": 1.0, "ranks.step_time_spread_fraction": 0.05}
+    assert not _run([catalog["straggler-rank"]], {}, matched)  # 1 % of the step on the path: not a finding
 
 
 def test_nvlink_rule_silent_without_topology(catalog):
