@@ -58,3 +58,17 @@ def test_unfused_kernels_not_on_a_launch_bound_path():
     for rank in api.analyze([SAMPLES / "host_bound"]).metrics["ranks"].values():
         kinds = sum(rank[f"blocking.unfused_{k}_ms"] for k in UNFUSED_KINDS)
         assert kinds == pytest.approx(rank["blocking.unfused_ms"], abs=1e-6)
+
+
+def test_path_names_pipeline_theory_and_imbalance_like_the_metrics():
+    """With the schedule known (pp_1f1b's config), the path's waits for a stage are split as the metrics
+    split them: the schedule's share first, the rest imbalance; no entry stays pipeline.wait."""
+    report = api.analyze([SAMPLES / "pp_1f1b"])
+    causes = {e["cause"] for entries in report.path.values() for e in entries}
+    assert "pipeline.theory" in causes and "pipeline.wait" not in causes
+    for rank, entries in report.path.items():
+        m = report.metrics["ranks"][rank]
+        theory = sum(e["end_ns"] - e["start_ns"] for e in entries if e["cause"] == "pipeline.theory") / 1e6
+        if m["blocking.pipeline_imbalance_ms"] == 0:
+            assert not any(e["cause"] == "pipeline.imbalance" for e in entries)
+        assert theory <= m["step.time_ms"] * m["pipeline.bubble_fraction_theory"] + 0.01

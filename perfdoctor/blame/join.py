@@ -49,18 +49,40 @@ def join(paths: dict[int, RankPath], cols: dict[int, Collectives], instances: di
             cause = rp.comm_cause
             np.add.at(by_cause, (rp.comm_step, cause), -moved)
             np.add.at(by_cause, (rp.comm_step, np.where(cause == P2P, PP_WAIT, WAIT)), moved)
+        share = None
         if theory is not None:
             pp_wait = by_cause[:, PP_WAIT].copy()
             expected = np.minimum(pp_wait, theory * rp.durations)
             by_cause[:, CODE["pipeline.theory"]] += expected
             by_cause[:, CODE["pipeline.imbalance"]] += pp_wait - expected
             by_cause[:, PP_WAIT] = 0
+            if len(rp.durations) and pp_wait[rp.representative] > 0:
+                share = float(expected[rp.representative] / pp_wait[rp.representative])
         blocking = _metrics(by_cause, rp)
         metrics[str(rank)] = blocking | _savings(by_cause[rp.representative], rp, blocking)
-        out_paths[str(rank)] = _entries(rank, rp, cols, waits)
+        out_paths[str(rank)] = _split_pipeline_wait(_entries(rank, rp, cols, waits), share)
     if clock:
         out_paths = {r: _across(int(r), entries, out_paths, paths, clock) for r, entries in out_paths.items()}
     return metrics, {r: _bounded(entries) for r, entries in out_paths.items()}
+
+
+def _split_pipeline_wait(entries: list[dict[str, Any]], share: float | None) -> list[dict[str, Any]]:
+    """With the schedule known, each ``pipeline.wait`` entry of the path becomes ``pipeline.theory`` (its
+    first ``share``: the schedule's own warm-up and cool-down, in the proportion the step's metrics give
+    them) and ``pipeline.imbalance`` (the rest), so the path names what the metrics name."""
+    if share is None:
+        return entries
+    out = []
+    for e in entries:
+        if e["cause"] != "pipeline.wait":
+            out.append(e)
+            continue
+        cut = e["start_ns"] + round(share * (e["end_ns"] - e["start_ns"]))
+        if cut > e["start_ns"]:
+            out.append(e | {"end_ns": cut, "cause": "pipeline.theory"})
+        if e["end_ns"] > cut:
+            out.append(e | {"start_ns": cut, "cause": "pipeline.imbalance"})
+    return out
 
 
 def _across(rank: int, entries: list[dict[str, Any]], by_rank: dict[str, list[dict[str, Any]]],
