@@ -134,7 +134,8 @@ _SPEC: dict[str, dict[str, tuple[type | tuple[type, ...], Any, tuple[Any, ...] |
     },
     # A planted straggler (perfdoctor.synth.straggler): `rank` (none: no straggler) has GEMMs `gemm_slowdown` slower
     # (0.18: 18 %) and/or host Python cost `python_us` per launch (0: the host section's); `whole_stage`:
-    # every rank of its pipeline stage is slow (a slow PP stage) instead of that rank alone.
+    # every rank of its pipeline stage is slow (a slow PP stage) instead of that rank alone. A single slow
+    # rank in a pipeline run is simulated with its data-parallel lane of stages (perfdoctor.synth.simulate).
     "straggler": {
         "rank": (int, None, None),
         "gemm_slowdown": ((int, float), 0.0, None),
