@@ -350,7 +350,12 @@ def rank_path(tl: Timeline, ops: Ops, edges: Edges, steps: Steps, instances: np.
             if worth or worth_focus:
                 replay = Replay(ops, edges, walker, lo, hi, first, stop, walker.tail_tid)
                 saving = {CAUSES[c]: replay.saving(c) for c in worth}
-                focus_saving = {FOCUS[f]: _focus_saving(replay, marks, f, first, stop) for f in worth_focus}
+                focus_saving = {}
+                kinds = np.flatnonzero(focus[i, 1:LN] > 0)
+                for f in sorted(worth_focus, key=lambda f: f == 0):  # one kind of unfused kernel only: one replay
+                    same = f == 0 and kinds.size == 1 and FOCUS[1 + kinds[0]] in focus_saving
+                    focus_saving[FOCUS[f]] = (focus_saving[FOCUS[1 + kinds[0]]] if same
+                                              else _focus_saving(replay, marks, f, first, stop))
             path = _compact(tl, ops, {k: v[::-1] for k, v in cols.items()}, instances)
     arrays = [np.concatenate(c) if c else np.zeros(0, dtype=np.int64) for c in comm]
     return RankPath(by_cause, residual, durations, *arrays, representative=rep, path=path, saving=saving,
