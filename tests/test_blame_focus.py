@@ -72,3 +72,20 @@ def test_path_names_pipeline_theory_and_imbalance_like_the_metrics():
         if m["blocking.pipeline_imbalance_ms"] == 0:
             assert not any(e["cause"] == "pipeline.imbalance" for e in entries)
         assert theory <= m["step.time_ms"] * m["pipeline.bubble_fraction_theory"] + 0.01
+
+
+def test_sm_margin_what_if_matches_the_run_with_the_margin(tmp_path):
+    """ln_blocked re-simulated with an SM margin: the step saves what the replay without the norms' wait
+    predicts, not the 232 ms of delay on the path (the DP transfers the norms waited through stay there;
+    the kernels after each norm still need the all-gather it waited behind, a wait nsys recorded)."""
+    import yaml
+
+    from perfdoctor.synth import run_scenario
+
+    scenario = yaml.safe_load((REPO / "perfdoctor" / "synth" / "scenarios" / "ln_blocked.yaml").read_text())
+    before = api.analyze(run_scenario(scenario, tmp_path / "before"), jobs=1).metrics["ranks"]["0"]
+    margin = scenario | {"comm": {**scenario.get("comm", {}), "layernorm_sm_margin": 16}}
+    after = api.analyze(run_scenario(margin, tmp_path / "after"), jobs=1).metrics["ranks"]["0"]
+    saved = before["step.time_ms"] - after["step.time_ms"]
+    assert before["whatif.ln_blocked_ms"] == pytest.approx(saved, abs=0.02 * before["step.time_ms"])
+    assert before["blocking.ln_blocked_ms"] - saved > 0.5 * before["step.time_ms"]  # blocking alone overstates

@@ -3,7 +3,9 @@
 
 For the median step of a rank, every op is started again in its original order at the latest of its
 dependencies' new times (launch, stream, event: :mod:`perfdoctor.blame.graph`) plus the latency it had
-after them, and runs for its duration — zero for the ops of the removed cause. The host moves too: a
+after them, and no earlier than the op a recorded stream wait of its own most likely waited for (an nsys
+stream-wait record that never bound: removing what delayed the op more must not let it run ahead of data
+it needed), and runs for its duration — zero for the ops of the removed cause. The host moves too: a
 removed host cause takes its time out of the thread's launch times (GC, data loading, optimizer and
 outside-ops ranges, or the launch overhead itself), and a blocking call returns as soon as the op it
 waited for ends in the replay, so everything the host did after it moves up by as much. The step's new
@@ -38,6 +40,7 @@ class Replay:
         mine = slice(first, stop)
         self.launch = ops.launch[mine].tolist()
         self.stream_src, self.event_src = edges.stream_src[mine].tolist(), edges.event_src[mine].tolist()
+        self.wait_src = edges.wait_src[mine].tolist()
         bind = edges.bind[mine]
         self.binding = np.where(bind >= 0, edges.ready[np.maximum(bind, 0)], ops.start[mine]).tolist()
         self.syncs = {tid: [(int(a), int(b)) for a, b in zip(*calls) if lo <= b <= hi]
@@ -67,6 +70,8 @@ class Replay:
                     ready = int(self.end[src])
                     # the latency it had after the edge that bound it; an edge that did not bind has none known
                     start2 = max(start2, end2.get(src, ready) + (start - ready if ready == binding else 0))
+            if (w := self.wait_src[i]) >= 0:  # a recorded wait that never bound: no later than it allows
+                start2 = max(start2, end2.get(w, int(self.end[w])))
             if launch < 0 and self.stream_src[i] < 0 and self.event_src[i] < 0:
                 start2 = start
             gone = self.cause_s[i] == cause or (zero is not None and zero[i])
