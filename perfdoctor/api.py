@@ -15,9 +15,10 @@ import numpy as np
 
 from perfdoctor import __version__
 from perfdoctor.blame.causes import BLOCKING_KEYS
+from perfdoctor.blame.focus import marks
 from perfdoctor.blame.graph import device_ops, edges
 from perfdoctor.blame.join import across as blocking_across
-from perfdoctor.blame.join import join
+from perfdoctor.blame.join import join, late_blocking
 from perfdoctor.blame.path import RankPath, rank_path
 from perfdoctor.classify.framework import detect_framework, timeline_fingerprints
 from perfdoctor.classify.groups import GROUPS, label_groups
@@ -119,6 +120,7 @@ def analyze(paths: list[Path | str], config: dict[str, Any] | None = None,
         metrics.update(blocking.get(r) or dict.fromkeys(BLOCKING_KEYS))
     blocking_all = blocking_across(per_rank)
     metrics_all = across_ranks(per_rank) | across | peer_metrics(waits, per_rank, devices) | blocking_all
+    metrics_all["ranks.late_blocking_ms"] = late_blocking(per_rank, metrics_all.get("ranks.slowest"))
     warnings = ([sampled] if sampled else []) + list(run.warnings) + memory_warnings
     if (run.config.get("pp") or 1) > 1 and (missing := theory(run.config)[1]):
         flag = "--" + missing[0].replace("_", "-")
@@ -294,7 +296,8 @@ def analyze_timeline(tl: Timeline, config: dict[str, Any], excerpts: bool, trace
     if gaps is not None:
         result.collectives = collectives(tl, act, steps, groups, by_group, gaps)
         ops = device_ops(tl, kcls, ccls, groups)
-        result.blame = rank_path(tl, ops, edges(ops, tl.sync), steps, np.flatnonzero(groups.codes >= 0))
+        result.blame = rank_path(tl, ops, edges(ops, tl.sync), steps, np.flatnonzero(groups.codes >= 0),
+                                 marks(tl, kcls, steps, ops))
     return result
 
 

@@ -129,3 +129,50 @@ def test_what_if_matches_the_run_without_the_cause(tmp_path: Path, name: str, ho
     assert predicted == pytest.approx(saved, abs=0.1 * before["step.time_ms"])
     assert predicted <= before[f"blocking.{cause}_ms"]
     assert abs(predicted - saved) < abs(before[f"blocking.{cause}_ms"] - saved)
+
+
+def test_straggler_chain_across_dp_and_pp(tmp_path: Path) -> None:
+    """A slow rank in the first pipeline stage (PP 2, DP 2): its DP peer waits for it at the gradient
+    reduction, the second stage then gets its activations late (and its own DP pair waits for the member
+    downstream of the slow rank). The simulator plays the slow rank's data-parallel lane on its own, meeting
+    the other lane at the DP collectives (synth/simulate.py); blame matches its critical path within 2 % of
+    the step on every rank, the slow rank's DP peer's path crosses onto it (its GEMMs), and the whole run,
+    the second stage included, is slower than without the slow rank."""
+    base = {"name": "chain", "model": MODEL, "output": {"schema": "2024.2", "ranks": "all"},
+            "run": {"steps": 3, "seed": 5}, "parallel": {"pp": 2, "dp": 2}, "comm": DP_NO_OVERLAP}
+    slow = 1  # stage 0, DP index 1; rank 0 is its DP peer, ranks 2 and 3 the second stage
+    report, truths = _analyse(run_scenario(base | {"straggler": {"rank": slow, "gemm_slowdown": 1.0}},
+                                           tmp_path / "slow"))
+    clean, _ = _analyse(run_scenario(base, tmp_path / "clean"))
+    _check(report, truths)
+    ranks = report.metrics["ranks"]
+    peer = ranks["0"]
+    assert peer["blocking.wait_rank_ms"] > 0.02 * peer["step.time_ms"]
+    assert ranks[str(slow)]["blocking.wait_rank_ms"] < 0.005 * peer["step.time_ms"]  # it waits for nobody
+    theirs: dict[str, int] = {}
+    for e in report.path["0"]:
+        if e["rank"] == slow:
+            theirs[e["cause"]] = theirs.get(e["cause"], 0) + e["end_ns"] - e["start_ns"]
+    assert theirs and max(theirs, key=theirs.get) == "compute.gemm"
+    for r in ("2", "3"):  # the second stage: slower, and waiting for the first more than without the slow rank
+        waits = ("blocking.pipeline_theory_ms", "blocking.pipeline_imbalance_ms", "blocking.wait_rank_ms")
+        assert ranks[r]["step.time_ms"] > clean.metrics["ranks"][r]["step.time_ms"] + 0.02 * ranks[r]["step.time_ms"]
+        assert sum(ranks[r][k] for k in waits) > sum(clean.metrics["ranks"][r][k] for k in waits)
+    # the truth has the chain too: the peer's wait for the slow rank, the second stage's waits
+    assert _median_step(truths["0"]["blocking_steps"])[1]["wait.rank"] > 0.02 * peer["step.time_ms"]
+
+
+@pytest.mark.parametrize(("over", "why"), [
+    ({"comm": {"overlap_grad_reduce": True}}, "overlap_grad_reduce: false"),
+    ({"parallel": {"pp": 2, "dp": 2, "tp": 2}, "comm": DP_NO_OVERLAP}, "tp: 1"),
+    ({"parallel": {"pp": 2, "dp": 2}, "comm": {"overlap_grad_reduce": False, "overlap_param_gather": True}},
+     "overlap_param_gather: false"),
+])
+def test_slow_rank_needs_a_rendezvous_the_step_waits_for(over: dict, why: str) -> None:
+    from perfdoctor.errors import InputError
+    from perfdoctor.synth.scenario import scenario_from_dict
+
+    raw = {"name": "bad", "model": MODEL, "parallel": {"dp": 2}, "straggler": {"rank": 1, "gemm_slowdown": 0.5},
+           **over}
+    with pytest.raises(InputError, match=why):
+        scenario_from_dict(raw)

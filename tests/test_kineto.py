@@ -110,6 +110,11 @@ def test_simulated_twins_agree(tmp_path: Path, name: str) -> None:
         for key, value in want.items():
             if key in PIPELINE_WAIT or key in WAIT_WHATIF:
                 continue
+            if key.startswith("whatif.") and value is not None:
+                # the nsys export records the stream waits, which keep an op behind data it needed in the
+                # replay even where they never bound; Kineto records none: its replay saves as much or more
+                assert got[key] is not None and got[key] >= value - 1e-6, (rank, key)
+                continue
             if key in NOT_IN_KINETO:
                 assert got[key] is None or value is None or got[key] == pytest.approx(value)
             elif isinstance(value, float):

@@ -20,6 +20,7 @@ import numpy as np
 from perfdoctor.load.labels import labelled, matching
 from perfdoctor.measure import intervals as iv
 from perfdoctor.measure.host import DATA_RANGE, OPTIMIZER_RANGE, host_pauses
+from perfdoctor.measure.kernel_mix import UNFUSED_KINDS
 from perfdoctor.model import Timeline
 
 COMPUTE = ("gemm", "attention", "norm", "elementwise", "optimizer", "other")
@@ -51,7 +52,11 @@ def whatif_key(cause: str) -> str:
     return f"whatif.{cause.replace('.', '_')}_ms"
 
 
-BLOCKING_KEYS = (*(metric_key(c) for c in CAUSES), "blocking.residual_ms", *(whatif_key(c) for c in CAUSES))
+# What some rules weigh inside the causes (perfdoctor.blame.focus): they overlap the causes, never add to them.
+FOCUS = ("unfused", *(f"unfused_{kind}" for kind in UNFUSED_KINDS), "ln_blocked", "sync_stall")
+CAUSE_KEYS = tuple(metric_key(c) for c in CAUSES)
+FOCUS_KEYS = (*(f"blocking.{f}_ms" for f in FOCUS), *(f"whatif.{f}_ms" for f in FOCUS))
+BLOCKING_KEYS = (*CAUSE_KEYS, "blocking.residual_ms", *(whatif_key(c) for c in CAUSES), *FOCUS_KEYS)
 
 
 class HostRanges:

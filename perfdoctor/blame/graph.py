@@ -68,6 +68,10 @@ class Edges:
     # per op, the sources of its stream and event edges (−1: none): the replay (blame/whatif.py) reads them
     stream_src: np.ndarray
     event_src: np.ndarray
+    # per op with a recorded stream wait (nsys) that never bound: the other stream's op that ended last
+    # before it, the wait's likely source (−1: none). Not an edge of the path (it did not bind); the replay
+    # keeps it, so an op does not run ahead of data it needed once what delayed it more is removed.
+    wait_src: np.ndarray
 
 
 def device_ops(tl: Timeline, kcls: Table, ccls: Table, groups: GroupLabels) -> Ops:
@@ -149,7 +153,8 @@ def edges(ops: Ops, sync: Table) -> Edges:
     dst = np.concatenate([idx[h] for h in has])
     ready = np.concatenate([l_ready[has[0]], s_ready[has[1]], e_ready[has[2]]])
     inferred = np.concatenate([np.zeros(int(has[0].sum() + has[1].sum()), dtype=bool), ~recorded[has[2]]])
-    return Edges(src, dst, kind, inferred, ready, bind, prev, np.where(event, other, NONE))
+    return Edges(src, dst, kind, inferred, ready, bind, prev, np.where(event, other, NONE),
+                 np.where(recorded & ~event & (other >= 0), other, NONE))
 
 
 def _recorded_waits(ops: Ops, prev: np.ndarray, sync: Table) -> np.ndarray:

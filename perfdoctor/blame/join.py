@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from perfdoctor.blame.causes import BLOCKING_KEYS, CAUSES, CODE, metric_key, whatif_key
+from perfdoctor.blame.causes import BLOCKING_KEYS, CAUSES, CODE, FOCUS, metric_key, whatif_key
 from perfdoctor.blame.path import RankPath
 from perfdoctor.classify.groups import GROUPS
 from perfdoctor.measure.collectives import Collectives
@@ -49,18 +49,40 @@ def join(paths: dict[int, RankPath], cols: dict[int, Collectives], instances: di
             cause = rp.comm_cause
             np.add.at(by_cause, (rp.comm_step, cause), -moved)
             np.add.at(by_cause, (rp.comm_step, np.where(cause == P2P, PP_WAIT, WAIT)), moved)
+        share = None
         if theory is not None:
             pp_wait = by_cause[:, PP_WAIT].copy()
             expected = np.minimum(pp_wait, theory * rp.durations)
             by_cause[:, CODE["pipeline.theory"]] += expected
             by_cause[:, CODE["pipeline.imbalance"]] += pp_wait - expected
             by_cause[:, PP_WAIT] = 0
+            if len(rp.durations) and pp_wait[rp.representative] > 0:
+                share = float(expected[rp.representative] / pp_wait[rp.representative])
         blocking = _metrics(by_cause, rp)
         metrics[str(rank)] = blocking | _savings(by_cause[rp.representative], rp, blocking)
-        out_paths[str(rank)] = _entries(rank, rp, cols, waits)
+        out_paths[str(rank)] = _split_pipeline_wait(_entries(rank, rp, cols, waits), share)
     if clock:
         out_paths = {r: _across(int(r), entries, out_paths, paths, clock) for r, entries in out_paths.items()}
     return metrics, {r: _bounded(entries) for r, entries in out_paths.items()}
+
+
+def _split_pipeline_wait(entries: list[dict[str, Any]], share: float | None) -> list[dict[str, Any]]:
+    """With the schedule known, each ``pipeline.wait`` entry of the path becomes ``pipeline.theory`` (its
+    first ``share``: the schedule's own warm-up and cool-down, in the proportion the step's metrics give
+    them) and ``pipeline.imbalance`` (the rest), so the path names what the metrics name."""
+    if share is None:
+        return entries
+    out = []
+    for e in entries:
+        if e["cause"] != "pipeline.wait":
+            out.append(e)
+            continue
+        cut = e["start_ns"] + round(share * (e["end_ns"] - e["start_ns"]))
+        if cut > e["start_ns"]:
+            out.append(e | {"end_ns": cut, "cause": "pipeline.theory"})
+        if e["end_ns"] > cut:
+            out.append(e | {"start_ns": cut, "cause": "pipeline.imbalance"})
+    return out
 
 
 def _across(rank: int, entries: list[dict[str, Any]], by_rank: dict[str, list[dict[str, Any]]],
@@ -122,6 +144,16 @@ def across(per_rank: dict[str, dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def late_blocking(per_rank: dict[str, dict[str, Any]], slowest: int | None) -> float | None:
+    """``ranks.late_blocking_ms``: the median over the ranks other than the slowest of their wait for a peer
+    on the critical path (``blocking.wait_rank_ms``); None with one rank or no straggler named."""
+    if slowest is None:
+        return None
+    values = [m["blocking.wait_rank_ms"] for r, m in per_rank.items()
+              if r != str(slowest) and m.get("blocking.wait_rank_ms") is not None]
+    return float(np.median(values)) if values else None
+
+
 def _waits(rank: int, cols: dict[int, Collectives], instances: dict[int, dict[str, np.ndarray]]
            ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
     """Per collective instance of ``rank`` (index into its Collectives): the wait for the last member in
@@ -159,6 +191,8 @@ def _metrics(by_cause: np.ndarray, rp: RankPath) -> dict[str, Any]:
     row = by_cause[middle].mean(axis=0)
     out: dict[str, Any] = {metric_key(c): round(float(row[j]) / NS_PER_MS, 6) for j, c in enumerate(CAUSES)}
     out["blocking.residual_ms"] = round((float(np.median(rp.durations)) - float(row.sum())) / NS_PER_MS, 6)
+    focus = rp.focus[middle].mean(axis=0) if rp.focus.shape[0] == n else np.zeros(len(FOCUS))
+    out |= {f"blocking.{f}_ms": round(float(focus[j]) / NS_PER_MS, 6) for j, f in enumerate(FOCUS)}
     return out
 
 
@@ -175,6 +209,14 @@ def _savings(row: np.ndarray, rp: RankPath, blocking: dict[str, Any]) -> dict[st
             continue
         saved = min(rp.saving[cause], max(float(row[j]), 0.0)) / NS_PER_MS
         out[whatif_key(cause)] = round(min(saved, blocking[metric_key(cause)]), 6)
+    rep = rp.focus[rp.representative] if rp.focus.shape[0] == len(rp.durations) else np.zeros(len(FOCUS))
+    for j, f in enumerate(FOCUS):  # the same for what the focus metrics weigh (perfdoctor.blame.focus)
+        key = f"blocking.{f}_ms"
+        if f not in rp.focus_saving:
+            out[f"whatif.{f}_ms"] = 0.0 if rep[j] <= 0 and not blocking[key] else None
+            continue
+        saved = min(rp.focus_saving[f], float(rep[j])) / NS_PER_MS
+        out[f"whatif.{f}_ms"] = round(min(saved, blocking[key]), 6)
     return out
 
 

@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from perfdoctor.blame.causes import CAUSES, CODE, HostRanges
+from perfdoctor.blame.causes import CAUSES, CODE, FOCUS, HostRanges
+from perfdoctor.blame.focus import LN, SYNC, Marks, on_path
 from perfdoctor.blame.graph import LAUNCH, NONE, Edges, Ops
 from perfdoctor.blame.whatif import Replay
 from perfdoctor.measure import intervals as iv
@@ -100,6 +101,10 @@ class RankPath:
     path: dict[str, list] = field(default_factory=dict)  # start, end, cause (name), what, inferred, op
     # The representative step replayed without each cause on its path (perfdoctor.blame.whatif): ns saved.
     saving: dict[str, int] = field(default_factory=dict)
+    # per step ns of the path per perfdoctor.blame.focus.FOCUS entry (they overlap the causes), and the
+    # representative step's savings without each
+    focus: np.ndarray = field(default_factory=lambda: np.zeros((0, len(FOCUS))))
+    focus_saving: dict[str, int] = field(default_factory=dict)
 
 
 class _Walker:
@@ -118,6 +123,7 @@ class _Walker:
         values, counts = np.unique(known, return_counts=True)
         self.main_tid = int(values[np.argmax(counts)]) if values.size else -1
         self.tail_tid = self.main_tid  # the thread that ended the last step walked
+        self.after_sync = 0  # ns of host work after blocking calls on the step's path (blame/focus.py)
         self._chains(ops, edges)
 
     def _chains(self, ops: Ops, edges: Edges) -> None:
@@ -185,6 +191,7 @@ class _Walker:
     def _walk(self, lo: int, hi: int, first: int, stop: int) -> tuple[Segments, int]:
         seg = Segments()
         residual = 0
+        self.after_sync = 0
         if stop > first:
             clipped = np.minimum(np.asarray(self.end[first:stop]), hi)
             n = first + int(np.argmax(clipped))
@@ -264,6 +271,7 @@ class _Walker:
                 return None
             c0, c1 = int(calls[0][j]), min(int(calls[1][j]), t)
             self._host_work(seg, c1, t, tid)
+            self.after_sync += self._before_next_call(tid, c1, t)
             q = self.last_ended(c1)
             if q != NONE and self.end[q] > max(c0, lo):
                 seg.add(self.end[q], c1, CODE["host.sync"])
@@ -271,6 +279,16 @@ class _Walker:
             seg.add(max(c0, lo), c1, CODE["host.sync"])
             t = c0
         return None
+
+    def _before_next_call(self, tid: int, c1: int, t: int) -> int:
+        """ns of [c1, t) on thread ``tid`` before its first CUDA call after ``c1``: the host computing
+        after a blocking call returned, before it queued anything again (once it launches, its time is
+        launch work, which the synchronisation did not cause)."""
+        calls = self.host.calls.get(tid)
+        if calls is None:
+            return t - c1
+        j = int(np.searchsorted(calls[0], c1, side="right"))
+        return (min(int(calls[0][j]), t) if j < calls[0].size else t) - c1
 
     def _host_work(self, seg: Segments, a: int, b: int, tid: int) -> None:
         """[a, b) of host work, split by cause; the pieces are laid back to back (their order inside the
@@ -291,13 +309,17 @@ def _blocking(tl: Timeline) -> dict[int, iv.Intervals]:
     return {int(t): iv.union(s[tid == t], e[tid == t]) for t in np.unique(tid).tolist()}
 
 
-def rank_path(tl: Timeline, ops: Ops, edges: Edges, steps: Steps, instances: np.ndarray) -> RankPath:
+def rank_path(tl: Timeline, ops: Ops, edges: Edges, steps: Steps, instances: np.ndarray,
+              marks: Marks | None = None) -> RankPath:
     """Every step of one rank walked back (see the module docstring). ``instances``: the kernel rows of the
     rank's collective instances in order (perfdoctor.measure.collectives), so the join can find the peers'
-    arrivals of each comm segment."""
+    arrivals of each comm segment; ``marks``: the ops the focus metrics weigh (perfdoctor.blame.focus)."""
     walker = _Walker(tl, ops, edges)
+    marks = marks if marks is not None else Marks.empty(len(ops))
     n = len(steps)
     by_cause = np.zeros((n, len(CAUSES)))
+    focus = np.zeros((n, len(FOCUS)))
+    focus_saving: dict[str, int] = {}
     residual = np.zeros(n)
     comm: list[list[np.ndarray]] = [[], [], [], [], []]
     durations = steps.durations.astype(np.int64)
@@ -313,6 +335,7 @@ def rank_path(tl: Timeline, ops: Ops, edges: Edges, steps: Steps, instances: np.
         cause, op = cols["cause"], cols["op"]
         by_cause[i] = np.bincount(cause, weights=cols["end"] - cols["start"], minlength=len(CAUSES))
         residual[i] = rest
+        focus[i] = on_path(marks, cols, lo, by_cause[i, CODE["host.sync"]], walker.after_sync)
         on_comm = np.isin(cause, COMM)
         comm[0].append(np.full(int(on_comm.sum()), i, dtype=np.int64))
         comm[1].append(_instance_of(ops.kernel[op[on_comm]], instances))
@@ -322,12 +345,32 @@ def rank_path(tl: Timeline, ops: Ops, edges: Edges, steps: Steps, instances: np.
         if i == rep:
             worth = [c for c in np.flatnonzero(by_cause[i] >= WHATIF_SHARE * (hi - lo)).tolist()
                      if CAUSES[c] != "host.sync"] if stop - first <= REPLAY_MAX_OPS else []
-            if worth:
+            large = stop - first > REPLAY_MAX_OPS
+            worth_focus = [] if large else np.flatnonzero(focus[i] >= WHATIF_SHARE * (hi - lo)).tolist()
+            if worth or worth_focus:
                 replay = Replay(ops, edges, walker, lo, hi, first, stop, walker.tail_tid)
                 saving = {CAUSES[c]: replay.saving(c) for c in worth}
+                focus_saving = {}
+                kinds = np.flatnonzero(focus[i, 1:LN] > 0)
+                for f in sorted(worth_focus, key=lambda f: f == 0):  # one kind of unfused kernel only: one replay
+                    same = f == 0 and kinds.size == 1 and FOCUS[1 + kinds[0]] in focus_saving
+                    focus_saving[FOCUS[f]] = (focus_saving[FOCUS[1 + kinds[0]]] if same
+                                              else _focus_saving(replay, marks, f, first, stop))
             path = _compact(tl, ops, {k: v[::-1] for k, v in cols.items()}, instances)
     arrays = [np.concatenate(c) if c else np.zeros(0, dtype=np.int64) for c in comm]
-    return RankPath(by_cause, residual, durations, *arrays, representative=rep, path=path, saving=saving)
+    return RankPath(by_cause, residual, durations, *arrays, representative=rep, path=path, saving=saving,
+                    focus=focus, focus_saving=focus_saving)
+
+
+def _focus_saving(replay: Replay, marks: Marks, f: int, first: int, stop: int) -> int:
+    """ns the step would be shorter without focus entry ``f``: its kernels taking no time, the blocked
+    norms starting when their own stream and launch let them, or the blocking calls returning at once."""
+    if f == SYNC:
+        return replay.saving(-1, no_sync=True)
+    if f == LN:
+        return replay.saving(-1, cut=(marks.delay[first:stop] > 0).tolist())
+    kind = marks.unfused[first:stop]
+    return replay.saving(-1, zero=(kind >= 0 if f == 0 else kind == f - 1).tolist())
 
 
 def _instance_of(kernel: np.ndarray, instances: np.ndarray, valid: np.ndarray | None = None) -> np.ndarray:

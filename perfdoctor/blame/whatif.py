@@ -3,7 +3,9 @@
 
 For the median step of a rank, every op is started again in its original order at the latest of its
 dependencies' new times (launch, stream, event: :mod:`perfdoctor.blame.graph`) plus the latency it had
-after them, and runs for its duration — zero for the ops of the removed cause. The host moves too: a
+after them, and no earlier than the op a recorded stream wait of its own most likely waited for (an nsys
+stream-wait record that never bound: removing what delayed the op more must not let it run ahead of data
+it needed), and runs for its duration — zero for the ops of the removed cause. The host moves too: a
 removed host cause takes its time out of the thread's launch times (GC, data loading, optimizer and
 outside-ops ranges, or the launch overhead itself), and a blocking call returns as soon as the op it
 waited for ends in the replay, so everything the host did after it moves up by as much. The step's new
@@ -38,15 +40,21 @@ class Replay:
         mine = slice(first, stop)
         self.launch = ops.launch[mine].tolist()
         self.stream_src, self.event_src = edges.stream_src[mine].tolist(), edges.event_src[mine].tolist()
+        self.wait_src = edges.wait_src[mine].tolist()
         bind = edges.bind[mine]
         self.binding = np.where(bind >= 0, edges.ready[np.maximum(bind, 0)], ops.start[mine]).tolist()
         self.syncs = {tid: [(int(a), int(b)) for a, b in zip(*calls) if lo <= b <= hi]
                       for tid, calls in walker.blocking.items()}
         self.last_op = first + int(np.argmax(np.minimum(ops.end[first:stop], hi))) if stop > first else -1
+        self.no_sync = False
 
-    def saving(self, cause: int) -> int:
-        """ns the step would be shorter without ``cause`` (0 when it would not be)."""
+    def saving(self, cause: int, zero: list[bool] | None = None, cut: list[bool] | None = None,
+               no_sync: bool = False) -> int:
+        """ns the step would be shorter without ``cause`` (0 when it would not be); or (cause −1) without
+        the step's ops marked in ``zero``, with the ops marked in ``cut`` not waiting for another stream
+        (their event edge removed), or with every blocking call returning at once (``no_sync``)."""
         end2: dict[int, int] = {}
+        self.no_sync = no_sync
         removed = self._host_removal(cause) if cause in HOST_CAUSES else None
         before = self._removed_before_launch(removed)
         state = {tid: [0, 0, 0] for tid in self.syncs}
@@ -57,14 +65,17 @@ class Replay:
             if launch >= 0:
                 shift = self._shift(state, end2, self.tid_s[i], launch, removed, before[i])
                 start2 = launch - shift + (start - launch if launch == binding else 0)
-            for src in (self.stream_src[i], self.event_src[i]):
+            for src in (self.stream_src[i], -1 if cut is not None and cut[i] else self.event_src[i]):
                 if src >= 0:
                     ready = int(self.end[src])
                     # the latency it had after the edge that bound it; an edge that did not bind has none known
                     start2 = max(start2, end2.get(src, ready) + (start - ready if ready == binding else 0))
+            if (w := self.wait_src[i]) >= 0:  # a recorded wait that never bound: no later than it allows
+                start2 = max(start2, end2.get(w, int(self.end[w])))
             if launch < 0 and self.stream_src[i] < 0 and self.event_src[i] < 0:
                 start2 = start
-            end2[n] = start2 + (0 if self.cause_s[i] == cause else self.end_s[i] - start)
+            gone = self.cause_s[i] == cause or (zero is not None and zero[i])
+            end2[n] = start2 + (0 if gone else self.end_s[i] - start)
         device = end2[self.last_op] if self.last_op >= 0 else self.lo
         device_old = min(int(self.end[self.last_op]), self.hi) if self.last_op >= 0 else self.lo
         host = device
@@ -87,7 +98,9 @@ class Replay:
             at_c0 = self._removed(removed, tid, self.lo, c0)
             early = st[1] + at_c0 - st[2]
             q = self.walker.last_ended(c1)
-            if q != -1 and self.end[q] > c0:
+            if self.no_sync:
+                c1_new = c0 - early
+            elif q != -1 and self.end[q] > c0:
                 q_end = int(self.end[q])
                 c1_new = max(c0 - early, end2.get(q, q_end) + (c1 - q_end))
             else:

@@ -46,7 +46,8 @@ def severity_text(spec: dict[str, Any]) -> str:
 def impact_text(spec: dict[str, Any]) -> str:
     if not spec.get("metric"):
         return "not estimated" + (f" ({spec['note']})" if spec.get("note") else "")
-    parts = [spec["metric"], *spec.get("times", [])]
+    head = " + ".join([spec["metric"], *spec.get("plus", [])])
+    parts = [f"({head})" if spec.get("plus") and spec.get("times") else head, *spec.get("times", [])]
     text = " × ".join(parts)
     if spec.get("scale", 1.0) != 1.0:
         text += f" × {spec['scale']:g}"

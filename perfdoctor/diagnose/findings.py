@@ -284,8 +284,12 @@ def _knobs(specs: list[dict[str, Any]], rep: Context, agg: _Aggregate, impact: f
 
 
 def _product(spec: dict[str, Any], src: Any) -> float | None:
-    """``metric`` x ``times`` x ``scale`` over values of ``src`` (the impact/what-if formula)."""
+    """(``metric`` + ``plus``) x ``times`` x ``scale`` over values of ``src`` (the impact/what-if formula);
+    an unknown term makes the sum unknown."""
     value = as_number(src.resolve(spec["metric"])) if spec.get("metric") else None
+    for name in spec.get("plus", []):
+        term = as_number(src.resolve(name))
+        value = None if value is None or term is None else value + term
     for name in spec.get("times", []):
         factor = as_number(src.resolve(name))
         value = None if value is None or factor is None else value * factor

@@ -161,9 +161,16 @@ COMPUTE: dict[str, Callable[[Source], Any]] = {
 }
 
 
+def _path_bubble(src: Source) -> float | None:
+    """The pipeline bubble on the critical path: the waiting for the producing stage up to the schedule's
+    theory (blocking.pipeline_theory_ms), or all of it when the schedule was unknown to the join."""
+    theory, wait = _num(src, "blocking.pipeline_theory_ms"), _num(src, "blocking.pipeline_wait_ms")
+    return None if theory is None or wait is None else theory + wait
+
+
 def bubble_after_vpp(src: Source) -> float | None:
-    """Bubble theory with the proposed VPP: measured bubble x (1 - theory(v') / theory(v))."""
-    bubble, p, m = _num(src, "pipeline.bubble_ms"), _num(src, "config.pp"), _num(src, "config.num_microbatches")
+    """Bubble theory with the proposed VPP: the bubble on the critical path x (1 - theory(v') / theory(v))."""
+    bubble, p, m = _path_bubble(src), _num(src, "config.pp"), _num(src, "config.num_microbatches")
     v_new = vpp_size(src)
     if bubble is None or not p or not m or v_new is None:
         return None
@@ -172,8 +179,8 @@ def bubble_after_vpp(src: Source) -> float | None:
 
 
 def bubble_after_more_microbatches(src: Source) -> float | None:
-    """Bubble theory with 4 x PP micro-batches: measured bubble x (1 - theory(m') / theory(m))."""
-    bubble, p, m = _num(src, "pipeline.bubble_ms"), _num(src, "config.pp"), _num(src, "config.num_microbatches")
+    """Bubble theory with 4 x PP micro-batches: the bubble on the critical path x (1 - theory(m') / theory(m))."""
+    bubble, p, m = _path_bubble(src), _num(src, "config.pp"), _num(src, "config.num_microbatches")
     if bubble is None or not p or not m or m >= 4 * p:
         return None
     v = _num(src, "config.vpp") or 1

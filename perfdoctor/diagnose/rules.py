@@ -268,17 +268,20 @@ def _names(spec: dict[str, Any]) -> list[tuple[str, str]]:
     impact = spec["impact"]
     if impact.get("metric"):
         out.append(("impact.metric", impact["metric"]))
-    out.extend((f"impact.times.{i}", n) for i, n in enumerate(impact.get("times", [])))
+    for part in ("plus", "times"):
+        out.extend((f"impact.{part}.{i}", n) for i, n in enumerate(impact.get(part, [])))
     otherwise = impact.get("otherwise", {})
     if otherwise.get("metric"):
         out.append(("impact.otherwise.metric", otherwise["metric"]))
-    out.extend((f"impact.otherwise.times.{i}", n) for i, n in enumerate(otherwise.get("times", [])))
+    for part in ("plus", "times"):
+        out.extend((f"impact.otherwise.{part}.{i}", n) for i, n in enumerate(otherwise.get(part, [])))
     out.extend((f"evidence.{i}", n) for i, n in enumerate(spec.get("evidence", [])))
     for field, knob in _knob_list(spec):
         what_if = knob.get("what_if") or {}
         if what_if.get("metric"):
             out.append((f"{field}.what_if.metric", what_if["metric"]))
-        out.extend((f"{field}.what_if.times.{i}", n) for i, n in enumerate(what_if.get("times", [])))
+        for part in ("plus", "times"):
+            out.extend((f"{field}.what_if.{part}.{i}", n) for i, n in enumerate(what_if.get(part, [])))
     if spec.get("ranks_from"):
         out.append(("ranks_from", spec["ranks_from"]))
     return out

@@ -264,7 +264,7 @@ def _inside(t: np.ndarray, tid: np.ndarray, spans: Table) -> np.ndarray:
         sel = s_tid == thread
         cover = iv.union(spans.col("start")[sel], spans.col("end")[sel])
         mine = np.flatnonzero(tid == thread)
-        if not mine.size:
+        if not mine.size or not cover[0].size:  # zero-length spans (a GC of 0 ms) cover no instant
             continue
         k = np.searchsorted(cover[0], t[mine], side="right") - 1
         ok = k >= 0

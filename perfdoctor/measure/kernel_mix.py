@@ -77,7 +77,7 @@ def kernel_mix(tl: Timeline, kcls: Table, steps: Steps, compute: iv.Intervals) -
         return iv.overlap_per_interval(steps.starts, steps.ends, iv.union(start[mask], end[mask])).astype(float)
 
     families = {f: per_step(category_mask(kcls, *cats)) for f, cats in FAMILIES.items()}
-    unfused, evidence = _unfused_kinds(k)
+    unfused, evidence = unfused_kinds(k)
     unfused_ns = {UNFUSED_KINDS[i]: per_step(unfused == i) for i in np.unique(unfused[unfused >= 0])}
     attention, attention_evidence = _attention_impl(k, category_mask(kcls, "attention"), unfused, evidence)
     moe_gemm, moe_evidence, launches = _moe_gemms(k, category_mask(kcls, "gemm"))
@@ -104,7 +104,7 @@ def unfused_kind(short: str, demangled: str | None = None) -> str | None:
     return None
 
 
-def _unfused_kinds(k: Table) -> tuple[np.ndarray, dict[str, str]]:
+def unfused_kinds(k: Table) -> tuple[np.ndarray, dict[str, str]]:
     """Unfused kind per kernel (index into ``UNFUSED_KINDS``; −1 where fused or not such a kernel), and
     one kernel name per kind."""
     inverse, shorts, demangleds = name_pairs(k)

@@ -22,7 +22,7 @@ from perfdoctor.model import DeviceSummary, Run, Timeline, TimelineInfo
 
 RANK_METRIC_KEYS = ("ranks.step_time_spread_fraction", "ranks.compute_spread_fraction", "ranks.slowest",
                     "pipeline.stage_imbalance_fraction", "pipeline.critical_stage", "ranks.late_ms",
-                    "ranks.late_fraction", "ranks.clock_residual_us")
+                    "ranks.late_fraction", "ranks.clock_residual_us", "ranks.late_blocking_ms")
 # What a straggler's cause part means, for the finding (perfdoctor.measure.peers.CAUSE_PARTS).
 CAUSE_TEXT = {"compute": "more GPU compute", "host.launch_bound": "host gaps: launch-bound (Python/launch overhead)",
               "host.sync": "host gaps: sync stalls", "host.gc": "host gaps: garbage collection",

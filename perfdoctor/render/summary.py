@@ -10,6 +10,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
+from perfdoctor.blame.causes import CAUSE_KEYS, CAUSES
 from perfdoctor.diagnose.findings import combined_impact_ms
 from perfdoctor.model import Report
 from perfdoctor.render.snippets import python_literal
@@ -36,9 +37,8 @@ def blocking(m: dict[str, Any]) -> list[tuple[str, float, float]]:
     step = m.get("step.time_ms")
     if not step or m.get("blocking.residual_ms") is None:
         return []
-    rows = [(key.removeprefix("blocking.").removesuffix("_ms").replace("_", ".", 1), float(v), float(v) / step)
-            for key, v in m.items() if key.startswith("blocking.") and key != "blocking.residual_ms"
-            and v is not None and abs(v) >= SHOWN_MS]
+    rows = [(cause, float(v), float(v) / step) for cause, key in zip(CAUSES, CAUSE_KEYS)
+            if (v := m.get(key)) is not None and abs(v) >= SHOWN_MS]
     rows.sort(key=lambda r: -r[1])
     residual = m["blocking.residual_ms"]
     if abs(residual) >= SHOWN_MS:

@@ -86,6 +86,10 @@ class StageProgram:
         rng: np.random.Generator,
     ) -> None:
         self.sc, self.gpu, self.stage, self.rec, self.mailbox, self.rng = sc, gpu, stage, rec, mailbox, rng
+        # A slow rank inside a pipeline run (synth/simulate.py): this program is one of two lanes (the slow
+        # rank's data-parallel index, and every other one) whose DP collectives meet in ``rendezvous``.
+        self.rendezvous: dict[tuple, int] | None = None
+        self.lane = 0
         m, p, k = sc.model, sc.parallel, sc.kernels
         self.tp, self.pp, self.vpp, self.cp, self.dp, self.ep = p["tp"], p["pp"], p["vpp"], p["cp"], p["dp"], p["ep"]
         self.m = m["num_microbatches"]
@@ -569,20 +573,29 @@ class StageProgram:
         self._comm(op, "dp", nbytes, self.dp_size, spec, stream, self._n(self.grad_xfer[chunk][b]))
 
     def _param_gathers(self, chunk: int, stream: int) -> list[int]:
-        ends = []
-        for b, (_, params) in enumerate(self.buckets[chunk]):
-            ends.append(
-                self._comm(
-                    "all_gather",
-                    "dp",
-                    params * 2,
-                    self.dp_size,
-                    self.k["nccl_ag"],
-                    stream,
-                    self._n(self.param_xfer[chunk][b]),
-                )
-            )
-        return ends
+        return [self._param_gather(chunk, b, stream) for b in range(len(self.buckets[chunk]))]
+
+    def _param_gather(self, chunk: int, b: int, stream: int) -> int:
+        params = self.buckets[chunk][b][1]
+        return self._comm("all_gather", "dp", params * 2, self.dp_size, self.k["nccl_ag"], stream,
+                          self._n(self.param_xfer[chunk][b]))
+
+    def _meet(self, what: tuple, stream: int) -> Waits:
+        """The DP collective just launched ends no earlier than the other lane's member arrived, plus its
+        own transfer (NCCL's rendezvous); without a planted slow rank in a pipeline run, nothing."""
+        if self.rendezvous is None:
+            return
+        rec = self.rec
+        i = len(rec.k_end) - 1
+        start, transfer = rec.k_start[i], rec.k_end[i] - rec.k_start[i]
+        self.rendezvous[(self.lane, self.stage, *what)] = start
+        arrivals = yield [(1 - self.lane, self.stage, *what)]
+        assert arrivals is not None
+        last = max(start, *arrivals)
+        rec.dp_last.append(last)
+        if last > start:
+            rec.k_end[i] = last + transfer
+            rec.stream_free[stream] = max(rec.stream_free[stream], last + transfer)
 
     # ---- passes ------------------------------------------------------------------------------------
     def _forward(self, p: Pass, step: int, gc_at: tuple[int, int] | None, ag_ends: dict[int, list[int]]) -> None:
@@ -770,10 +783,13 @@ class StageProgram:
                 for chunk in range(self.vpp):
                     for b in range(len(self.buckets[chunk])):
                         self._grad_bucket(chunk, b, self.s_compute)
+                        yield from self._meet((step, "grad", chunk, b), self.s_compute)
         self._optimizer()
         if self.dp_size > 1 and dist and not overlap_ag:
             for chunk in range(self.vpp):
-                self._param_gathers(chunk, self.s_compute)
+                for b in range(len(self.buckets[chunk])):
+                    self._param_gather(chunk, b, self.s_compute)
+                    yield from self._meet((step, "gather", chunk, b), self.s_compute)
         loss_ns = self.gpu.copy_ns(_LOSS_SCALAR_BYTES)
         rec.copy(_LOSS_SCALAR_BYTES, COPY_DTOH, MEM_DEVICE, MEM_PAGEABLE, self.s_compute, loss_ns)
         rec.synchronize()

@@ -127,6 +127,8 @@ class RankRecorder:
     # critical-path truth (synth/truth_path.py) needs both; nsys records neither.
     quiet_host: list[tuple[int, int]] = field(default_factory=list)
     p2p_wait: dict[int, int] = field(default_factory=dict)
+    # a slow rank inside a pipeline run (synth/simulate.py): per DP collective, when its last member arrived
+    dp_last: list[int] = field(default_factory=list)
     # tuned norms delayed behind NCCL: (kernel index, delay ns)
     ln_blocked: list[tuple[int, int]] = field(default_factory=list)
     # comm kernels on side streams that may hold SMs: (start, end, stream)

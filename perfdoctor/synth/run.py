@@ -17,7 +17,7 @@ from typing import Any
 from perfdoctor.errors import InputError
 from perfdoctor.synth.kineto_writer import write_kineto
 from perfdoctor.synth.scenario import Scenario, load_scenario, scenario_from_dict
-from perfdoctor.synth.simulate import StageResult, config_mark, simulate
+from perfdoctor.synth.simulate import StageResult, config_mark, dp_index, simulate
 from perfdoctor.synth.straggler import wait_truth
 from perfdoctor.synth.truth import rank_truth
 from perfdoctor.synth.truth_path import path_truth
@@ -66,7 +66,11 @@ def _env(sc: Scenario, rank: int | None, local: int | None) -> dict[str, str]:
 def _timeline_of(sc: Scenario, stages: list[StageResult], rank: int) -> StageResult:
     """The simulated timeline a rank shows: its stage's, or its own when it is the planted straggler."""
     res = stages[sc.stage_of(rank)]
-    return res.straggler if res.straggler is not None and rank == sc.straggler["rank"] else res
+    if res.straggler is None:
+        return res
+    if sc.parallel["pp"] > 1:  # the slow rank's lane: every stage of its data-parallel index (simulate.py)
+        return res.straggler if dp_index(sc, rank) == dp_index(sc, sc.straggler["rank"]) else res
+    return res.straggler if rank == sc.straggler["rank"] else res
 
 
 def _wait_truth(sc: Scenario, stages: list[StageResult], table: Any, rank: int, offset: int) -> dict[str, Any]:

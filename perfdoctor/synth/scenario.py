@@ -134,7 +134,8 @@ _SPEC: dict[str, dict[str, tuple[type | tuple[type, ...], Any, tuple[Any, ...] |
     },
     # A planted straggler (perfdoctor.synth.straggler): `rank` (none: no straggler) has GEMMs `gemm_slowdown` slower
     # (0.18: 18 %) and/or host Python cost `python_us` per launch (0: the host section's); `whole_stage`:
-    # every rank of its pipeline stage is slow (a slow PP stage) instead of that rank alone.
+    # every rank of its pipeline stage is slow (a slow PP stage) instead of that rank alone. A single slow
+    # rank in a pipeline run is simulated with its data-parallel lane of stages (perfdoctor.synth.simulate).
     "straggler": {
         "rank": (int, None, None),
         "gemm_slowdown": ((int, float), 0.0, None),
@@ -336,9 +337,14 @@ def _check_consistency(s: Scenario) -> None:
     st = s.straggler
     if st["rank"] is not None and st["rank"] >= s.world_size:
         raise _fail("straggler.rank", f"must be a rank in [0, {s.world_size})")
-    if st["rank"] is not None and not st["whole_stage"] and (p["pp"] > 1 or s.comm["overlap_grad_reduce"]):
-        raise _fail("straggler.rank", "a single slow rank needs pp: 1 and comm.overlap_grad_reduce: false "
+    if st["rank"] is not None and not st["whole_stage"] and s.comm["overlap_grad_reduce"]:
+        raise _fail("straggler.rank", "a single slow rank needs comm.overlap_grad_reduce: false "
                     "(the data-parallel rendezvous is modelled where the step waits for it)")
+    if st["rank"] is not None and not st["whole_stage"] and p["pp"] > 1 and (
+            p["tp"] * p["cp"] > 1 or s.comm["overlap_param_gather"] or p["dp"] < 2):
+        raise _fail("straggler.rank", "a single slow rank in a pipeline run needs tp: 1, cp: 1, dp of 2 or more "
+                    "and comm.overlap_param_gather: false (its lane of stages meets the others' only at "
+                    "the DP collectives)")
     if s.gpu["gpus_per_node"] < 1:
         raise _fail("gpu.gpus_per_node", "must be at least 1")
     if s.nccl_payload:

@@ -4,10 +4,17 @@ Each stage is a `StageProgram` generator with its own host clock. A stage runs u
 data that no peer has posted yet; the coordinator then moves on to the next stage and comes back once
 the data exists. Because sends complete eagerly and Megatron's schedules are deadlock-free, this always
 finishes; a schedule that could not would raise instead of hanging.
+
+A single slow rank inside a pipeline run is simulated as two *lanes* of stages: the slow rank's
+data-parallel index (its stage slow, the others normal, exchanging activations among themselves) and
+every other index (all normal). The lanes' DP collectives meet (``StageProgram._meet``): each ends no
+earlier than the other lane's member arrived plus its transfer, so the slow rank delays its DP group,
+and through the pipeline sends the next stages, as a real run does.
 """
 
 from __future__ import annotations
 
+from collections import ChainMap
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -87,14 +94,22 @@ def simulate(sc: Scenario, seed: int) -> tuple[list[StageResult], KernelTable, G
     programs, gens, recs = [], [], []
     mark = config_mark(sc, gpu)
     st = sc.straggler
+    pp = sc.parallel["pp"]
     slow_stage = sc.stage_of(st["rank"]) if st["rank"] is not None and st["whole_stage"] else None
-    for stage in range(sc.parallel["pp"]):
-        slow = stage == slow_stage
-        prog = _program(sc, stage, table, _slow_cost(cost, st) if slow else cost, _slow_gpu(gpu, st) if slow else gpu,
-                        mailbox, seed)
-        programs.append(prog)
-        recs.append(prog.rec)
-        gens.append(prog.run(mark))
+    lanes = st["rank"] is not None and not st["whole_stage"] and pp > 1
+    meet: dict[tuple, int] = {}
+    for lane in range(2 if lanes else 1):
+        box = ChainMap({}, meet) if lanes else mailbox  # a lane's own activations; both lanes' DP arrivals
+        for stage in range(pp):
+            slow = stage == slow_stage or (lane == 1 and stage == sc.stage_of(st["rank"]))
+            dp_rank = dp_index(sc, st["rank"]) if lane == 1 else (1 if lanes and dp_index(sc, st["rank"]) == 0 else 0)
+            prog = _program(sc, stage, table, _slow_cost(cost, st) if slow else cost,
+                            _slow_gpu(gpu, st) if slow else gpu, box, seed, dp_rank)
+            if lanes:
+                prog.rendezvous, prog.lane = meet, lane
+            programs.append(prog)
+            recs.append(prog.rec)
+            gens.append(prog.run(mark))
     waiting: list[list[tuple] | None] = [None] * len(gens)
     started = [False] * len(gens)
     active = set(range(len(gens)))
@@ -103,14 +118,15 @@ def simulate(sc: Scenario, seed: int) -> tuple[list[StageResult], KernelTable, G
         for i in sorted(active):
             while True:
                 keys = waiting[i]
-                if keys is not None and not all(k in mailbox for k in keys):
+                box = programs[i].mailbox
+                if keys is not None and not all(k in box for k in keys):
                     break
                 try:
                     if not started[i]:
                         started[i] = True
                         waiting[i] = next(gens[i])
                     else:
-                        waiting[i] = gens[i].send([mailbox[k] for k in keys] if keys else None)
+                        waiting[i] = gens[i].send([box[k] for k in keys] if keys else None)
                     progressed = True
                 except StopIteration:
                     active.discard(i)
@@ -118,17 +134,28 @@ def simulate(sc: Scenario, seed: int) -> tuple[list[StageResult], KernelTable, G
                     break
         if active and not progressed:
             raise RuntimeError("pipeline schedule deadlocked: no stage can make progress")
-    results = [StageResult(i, recs[i], programs[i].step_starts) for i in range(len(gens))]
+    results = [StageResult(i % pp, recs[i], programs[i].step_starts) for i in range(len(gens))]
+    if lanes:
+        for normal, slow in zip(results[:pp], results[pp:]):
+            normal.dp_last, slow.dp_last = np.asarray(normal.recorder.dp_last), np.asarray(slow.recorder.dp_last)
+            normal.straggler = slow
+        return results[:pp], table, gpu
     if st["rank"] is not None and not st["whole_stage"]:
         _plant_straggler(sc, results[0], table, cost, gpu, mark, seed)
     return results, table, gpu
 
 
+def dp_index(sc: Scenario, rank: int) -> int:
+    """A rank's index in its data-parallel group (Megatron's tp-cp-dp-pp order)."""
+    p = sc.parallel
+    return (rank // (p["tp"] * p["cp"])) % p["dp"]
+
+
 def _program(sc: Scenario, stage: int, table: KernelTable, cost: HostCost, gpu: GpuModel,
-             mailbox: dict[tuple, int], seed: int) -> StageProgram:
+             mailbox: dict[tuple, int], seed: int, dp_rank: int = 0) -> StageProgram:
     rng = np.random.default_rng([seed, stage])
     rec = RankRecorder(
-        rank=sc.rank_of(stage),
+        rank=sc.rank_of(stage, dp_rank=dp_rank),
         table=table,
         cost=cost,
         rng=rng,

@@ -8,7 +8,9 @@ applies the rendezvous: nothing moves before the last member arrives, so instanc
 collectives ends at ``last arrival + its transfer time`` on every member, and everything that rank
 did after the old end (device work, and host work, which soon blocks on it) moves by the same delay.
 That is exact for collectives the rest of the step waits on (gradient reduction without overlap,
-the classic synchronous straggler); the scenario validation only allows that case.
+the classic synchronous straggler); the scenario validation only allows that case. In a pipeline run
+the rendezvous happens during the simulation instead (simulate.py's lanes, ``StageProgram._meet``), since
+the delay travels on through the pipeline sends.
 """
 
 from __future__ import annotations

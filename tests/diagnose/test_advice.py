@@ -72,7 +72,8 @@ def test_window_and_heuristic_labels_lower_confidence_and_say_so(catalog):
 def test_overlapping_findings_name_each_other_and_are_not_added(catalog):
     ctx = Context(metrics={"step.time_ms": 100.0, "comm.dp.exposed_fraction": 0.4, "comm.dp.exposed_ms": 40.0,
                            "comm.dp.time_ms": 40.0, "comm.dp.fp32_fraction": 1.0, "host.gc_ms": 5.0,
-                           "blocking.transfer_dp_ms": 40.0, "blocking.host_gc_ms": 5.0},
+                           "blocking.transfer_dp_ms": 40.0, "blocking.host_gc_ms": 5.0,
+                           "whatif.transfer_dp_ms": 30.0},
                   device=_dev())
     rules = [catalog[r] for r in ("exposed-dp-comm", "dp-grad-reduce-fp32", "gc-pause")]
     findings = evaluate_rules(rules, {"0": ctx}, Context(metrics={}))
@@ -85,7 +86,8 @@ def test_overlapping_findings_name_each_other_and_are_not_added(catalog):
                    for k in by["exposed-dp-comm"]["knobs"])
     bf16 = by["dp-grad-reduce-fp32"]["knobs"][0]
     assert bf16["value"] is False and bf16["flag_value"] is True
-    assert bf16["what_if"]["expected_ms_per_step_saved"] == 20.0
+    # the replay's saving without the DP transfers (30 ms), times half the FP32 share
+    assert bf16["what_if"]["expected_ms_per_step_saved"] == 15.0
     assert by["dp-grad-reduce-fp32"]["impact_ms_per_step"] == 20.0
     # together: the DP group counts once (its largest, 40 ms) plus GC (5 ms), never more than the step
     assert combined_impact_ms(findings, 100.0) == 45.0
@@ -93,7 +95,9 @@ def test_overlapping_findings_name_each_other_and_are_not_added(catalog):
 
 
 def test_pipeline_what_if_follows_bubble_theory(catalog):
-    ctx = Context(metrics={"step.time_ms": 100.0, "pipeline.bubble_fraction": 0.27, "pipeline.bubble_ms": 27.0},
+    # 27 ms of waiting for the producing stage on the critical path, all within the schedule's theory
+    ctx = Context(metrics={"step.time_ms": 100.0, "pipeline.bubble_fraction": 0.27, "pipeline.bubble_ms": 30.0,
+                           "blocking.pipeline_theory_ms": 27.0, "blocking.pipeline_wait_ms": 0.0},
                   config={"pp": 4, "vpp": 1, "num_microbatches": 8, "num_layers": 32, "micro_batch_size": 1, "dp": 2},
                   device=_dev())
     finding = _by_rule(evaluate_rules([catalog["pipeline-bubble"]], {"0": ctx}, Context(metrics={})))["pipeline-bubble"]
@@ -107,7 +111,7 @@ def test_pipeline_what_if_follows_bubble_theory(catalog):
 
 def test_megatron_knobs_are_the_fix_only_for_megatron(catalog):
     ctx = Context(metrics={"step.time_ms": 100.0, "host.launch_bound_ms": 20.0, "blocking.host_launch_ms": 20.0,
-                           "ln.blocked_count": 4.0,
+                           "ln.blocked_count": 4.0, "blocking.ln_blocked_ms": 6.0,
                            "ln.blocked_ms": 6.0}, device=_dev())
     rules = [catalog["host-launch-bound"], catalog["ln-sm-margin"]]
     megatron = _by_rule(evaluate_rules(rules, {"0": ctx}, Context(metrics={}), "megatron-bridge"))
@@ -141,10 +145,11 @@ def test_host_to_device_streaming_gets_copy_overlap_advice_not_nccl_knobs(catalo
 def test_sync_stall_names_the_host_work_after_the_blocking_call(catalog):
     def finding(wait: float, host: float) -> dict:
         ctx = Context(metrics={"step.time_ms": 1000.0, "host.sync_ms": wait + host, "host.sync_wait_ms": wait,
-                               "host.sync_host_ms": host}, device=_dev())
+                               "host.sync_host_ms": host, "blocking.host_sync_ms": wait,
+                               "blocking.sync_stall_ms": wait + host}, device=_dev())
         return evaluate_rules([catalog["host-sync-stall"]], {"0": ctx}, Context(metrics={}), "unknown")[0]
     host_work = finding(0.4, 723.0)
     assert host_work["advice"].startswith("Host computation after each blocking call")
-    assert "723" in host_work["summary"]
+    assert "723.4" in host_work["summary"]  # the drain and the host work after it, on the critical path
     waiting = finding(300.0, 10.0)
     assert waiting["advice"].startswith("Stop synchronising")

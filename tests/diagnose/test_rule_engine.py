@@ -157,7 +157,8 @@ def _run(rules, contexts, run_ctx=None):
 
 
 def test_margin_already_set_gives_next_step(catalog):
-    ctx = Context(metrics={"step.time_ms": 100.0, "ln.blocked_count": 3.0, "ln.blocked_ms": 12.0},
+    ctx = Context(metrics={"step.time_ms": 100.0, "ln.blocked_count": 3.0, "ln.blocked_ms": 14.0,
+                           "blocking.ln_blocked_ms": 12.0},
                   env={"NVTE_FWD_LAYERNORM_SM_MARGIN": "16", "NVTE_BWD_LAYERNORM_SM_MARGIN": "16"},
                   evidence={"ln": {"by_group": {"dp": 9}}})
     finding = _run([catalog["ln-sm-margin"]], {"0": ctx})["ln-sm-margin"]
@@ -196,7 +197,8 @@ def test_rules_without_simulator_coverage(catalog):
                                                 "blocking.copy_ms": 9.0},
                                        config={"cpu_offloading": True}),
         "dp-small-buckets": _ctx(**{"comm.dp.kernels_per_step": 64.0, "comm.dp.median_kernel_us": 120.0,
-                                    "comm.dp.exposed_fraction": 0.08, "comm.dp.exposed_ms": 8.0}),
+                                    "comm.dp.exposed_fraction": 0.08, "comm.dp.exposed_ms": 8.0,
+                                    "blocking.transfer_dp_ms": 6.0}),
     }
     for rule_id, ctx in cases.items():
         finding = _run([catalog[rule_id]], {"0": ctx}).get(rule_id)
@@ -222,10 +224,21 @@ def test_straggler_is_run_scope_and_points_at_the_slowest_rank(catalog):
     assert finding["ranks"] == [5] and finding["impact_ms_per_step"] == 25.0
     assert "slowest: rank 5" in finding["summary"]
     assert not _run([catalog["straggler-rank"]], {}, Context(metrics={"ranks.step_time_spread_fraction": 0.03}))
+    # matched collectives: the others' wait on their critical paths, not the exposure or the spread
+    matched = Context(metrics={"step.time_ms": 100.0, "ranks.step_time_spread_fraction": 0.25, "ranks.slowest": 5.0,
+                               "ranks.late_ms": 9.0, "ranks.late_blocking_ms": 6.0})
+    assert _run([catalog["straggler-rank"]], {}, matched)["straggler-rank"]["impact_ms_per_step"] == 6.0
+    matched.metrics |= {"ranks.late_blocking_ms": 1.0, "ranks.step_time_spread_fraction": 0.05}
+    assert not _run([catalog["straggler-rank"]], {}, matched)  # 1 % of the step on the path: not a finding
 
 
 def test_nvlink_rule_silent_without_topology(catalog):
-    ctx = Context(metrics={"comm.tp.time_ms": 5.0, "comm.exposed_ms": 4.0, "step.time_ms": 50.0}, config={"tp": 16})
+    ctx = Context(metrics={"comm.tp.time_ms": 5.0, "comm.exposed_ms": 4.0, "step.time_ms": 50.0,
+                           "blocking.transfer_tp_ms": 3.0, "blocking.transfer_cp_ms": 0.0,
+                           "blocking.transfer_ep_ms": 0.0}, config={"tp": 16})
     assert not _run([catalog["nvlink-domain-crossing"]], {}, ctx)
     ctx.env = {"LOCAL_WORLD_SIZE": "8"}
-    assert "nvlink-domain-crossing" in _run([catalog["nvlink-domain-crossing"]], {}, ctx)
+    finding = _run([catalog["nvlink-domain-crossing"]], {}, ctx)["nvlink-domain-crossing"]
+    assert finding["impact_ms_per_step"] == 3.0  # the TP, CP and EP transfers on the critical path, added
+    ctx.metrics["blocking.transfer_tp_ms"] = 0.0  # TP traffic that never holds the step: nothing to weigh
+    assert not _run([catalog["nvlink-domain-crossing"]], {}, ctx)

@@ -1,0 +1,98 @@
+"""What a rule is about, on the critical path: the path time of particular kernels and host waits.
+
+The causes (:mod:`perfdoctor.blame.causes`) split a step by family; some rules are about a narrower
+quantity that lies inside those causes, and weigh it on the path too (rules/README.md):
+
+- ``unfused`` / ``unfused_<kind>``: the path time of the unfused kernels (separate softmax,
+  cross-entropy, dropout, bias+activation, RoPE kernels; :func:`perfdoctor.measure.kernel_mix.unfused_kind`
+  by name) — part of the compute causes;
+- ``ln_blocked``: persistent norm kernels held back by NCCL kernels holding SMs
+  (:mod:`perfdoctor.measure.layernorm`): where such a norm lies on the path, the path's time in its
+  delay (start − ready), i.e. the part of the NCCL kernel (or what the path followed) the norm waited
+  through; the time stays blamed on that cause (usually a transfer);
+- ``sync_stall``: ``host.sync`` (the device draining while the CPU waits in a blocking call) plus the
+  host work on the path from each blocking call's return to the thread's next CUDA call: the CPU
+  computed with nothing queued, so both are the synchronisation's cost (once it launches again, its time
+  is launch work). That host work stays blamed on its own host cause too (launch, data, outside ops).
+
+They overlap the causes (never add them to the step) and get ``blocking.<name>_ms`` and, from the graph
+replayed without the kernels (the norms without their wait, the blocking calls returning at once),
+``whatif.<name>_ms``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from perfdoctor.blame.causes import CAUSES, FOCUS
+from perfdoctor.blame.graph import Ops
+from perfdoctor.measure.kernel_mix import UNFUSED_KINDS, unfused_kinds
+from perfdoctor.measure.layernorm import blocked_norms
+from perfdoctor.measure.steps import Steps
+from perfdoctor.model import Timeline
+from perfdoctor.table import Table
+
+LN, SYNC = FOCUS.index("ln_blocked"), FOCUS.index("sync_stall")
+HOST_CODES = np.array([i for i, c in enumerate(CAUSES) if c.startswith("host.")])
+
+
+@dataclass(frozen=True)
+class Marks:
+    """Per op of a rank (aligned with :class:`perfdoctor.blame.graph.Ops`): its unfused kind (index into
+    UNFUSED_KINDS, −1: none) and, for the blocked norms, their delay (0: not blocked)."""
+
+    unfused: np.ndarray  # int8
+    delay: np.ndarray  # int64 ns
+
+    @staticmethod
+    def empty(n: int) -> Marks:
+        return Marks(np.full(n, -1, dtype=np.int8), np.zeros(n, dtype=np.int64))
+
+
+def marks(tl: Timeline, kcls: Table, steps: Steps, ops: Ops) -> Marks:
+    """The ops' unfused kinds (by kernel name) and blocked-norm delays."""
+    out = Marks.empty(len(ops))
+    k = ops.kernel
+    has = k >= 0
+    if not has.any():
+        return out
+    codes, _ = unfused_kinds(tl.kernels)
+    out.unfused[has] = codes[k[has]]
+    ln = blocked_norms(tl, kcls, steps)
+    if ln.index.size:
+        op_of = np.full(len(tl.kernels), -1, dtype=np.int64)
+        op_of[k[has]] = np.flatnonzero(has)
+        where = op_of[ln.index]
+        out.delay[where[where >= 0]] = ln.delay_ns[where >= 0]
+    return out
+
+
+def on_path(m: Marks, cols: dict[str, np.ndarray], lo: int, sync_ns: float, after_sync_ns: int) -> np.ndarray:
+    """ns of one step's path per FOCUS entry; ``cols``: the step's segments, ``sync_ns`` its host.sync
+    time, ``after_sync_ns`` the host work after blocking calls the walk passed (blame/path.py)."""
+    out = np.zeros(len(FOCUS))
+    start, end, op = cols["start"], cols["end"], cols["op"]
+    dev = (op >= 0) & ~np.isin(cols["cause"], HOST_CODES)  # a launch segment names its op too
+    kind = np.where(dev, m.unfused[np.maximum(op, 0)], -1)
+    length = (end - start).astype(np.float64)
+    unf = kind >= 0
+    out[0] = length[unf].sum()
+    out[1:1 + len(UNFUSED_KINDS)] = np.bincount(kind[unf], weights=length[unf], minlength=len(UNFUSED_KINDS))
+    blocked = np.flatnonzero(dev & (m.delay[np.maximum(op, 0)] > 0))
+    if blocked.size:
+        # the norm's own segment starts where it started; the path's time in [start − delay, start)
+        heads = np.unique(op[blocked])
+        at = np.array([start[blocked][op[blocked] == h].max() for h in heads.tolist()], dtype=np.int64)
+        order = np.argsort(start)
+        s, e = start[order], end[order]
+        before = np.concatenate(([0], np.cumsum(e - s)))
+
+        def covered(t: np.ndarray) -> np.ndarray:  # path time before t
+            j = np.searchsorted(s, t, side="right") - 1
+            return before[np.maximum(j, 0)] + np.where(j >= 0, np.clip(t - s[np.maximum(j, 0)], 0,
+                                                                          (e - s)[np.maximum(j, 0)]), 0)
+        out[LN] = float((covered(at) - covered(np.maximum(at - m.delay[heads], lo))).sum())
+    out[SYNC] = sync_ns + after_sync_ns
+    return out
