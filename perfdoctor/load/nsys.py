@@ -50,6 +50,8 @@ SYNC_TABLE = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"
 CUDA_TABLES = (KERNEL_TABLE, RUNTIME_TABLE, MEMCPY_TABLE, MEMSET_TABLE)
 
 NAME_COLUMNS = ("short_name", "demangled_name", "name")  # dictionary-encoded text (table.Strings)
+# Kernel columns stored as int32 when their values fit (they always do in nsys' exports).
+NARROW_COLUMNS = ("device_id", "stream", "launch_type")
 _API_VERSION_SUFFIX = re.compile(r"_v\d+$")
 _ENV_ROW = re.compile(r"^PROCESS_\d+:ENVIRONMENT_VARIABLE$")
 
@@ -349,6 +351,15 @@ def _int(frame: Table, column: str, fill: int = -1) -> np.ndarray:
     return np.array([fill if v is None or v != v else v for v in col], dtype=np.int64)
 
 
+def _narrow(column: np.ndarray) -> np.ndarray:
+    """A small-valued integer column (device, stream, launch type: CUPTI's 32-bit fields) as int32 when
+    every value fits: 40 instead of 80 MB per column at 10M kernels."""
+    info = np.iinfo(np.int32)
+    if column.size and (column.min() < info.min or column.max() > info.max):
+        return column
+    return column.astype(np.int32)
+
+
 def _integers(raw: Table, columns: list[str]) -> Table:
     """The integer columns of a freshly read table, NULLs filled, without copying intact columns."""
     return Table({c: _int(raw, c) for c in columns}, rows=len(raw))
@@ -387,8 +398,11 @@ def _kernels(db: SqliteExport, strings: StringIds, detail: bool = True) -> Table
         return _empty([c for c in wanted if not c.endswith("_id") or c in ("device_id", "correlation_id")]
                       + ["short_name", "demangled_name"])
     out = _integers(raw, [c for c in wanted if c not in ("short_id", "demangled_id")])
+    for column in NARROW_COLUMNS:
+        out[column] = _narrow(out[column])
     out["short_name"] = _names(_int(raw, "short_id"), strings)
     out["demangled_name"] = _names(_int(raw, "demangled_id"), strings)
+    del raw
     return out.sorted_by("start")  # sorted once here, so no measurement has to sort again
 
 
