@@ -54,10 +54,12 @@ def wrap(module: object, name: str, rows: list, depth: list) -> None:
 
 
 def main() -> None:
-    from perfdoctor import api
+    from perfdoctor import api, cores
+    from perfdoctor.execute import default_jobs
     from perfdoctor.heap import keep_freed_memory
 
     keep_freed_memory()  # as `perfdoctor analyze` does
+    cores.PER_TASK = default_jobs()  # as a single file's task under `perfdoctor analyze`
     from perfdoctor.load import nsys, sqlite_export
 
     rows: list = []
