@@ -50,8 +50,9 @@ SYNC_TABLE = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"
 CUDA_TABLES = (KERNEL_TABLE, RUNTIME_TABLE, MEMCPY_TABLE, MEMSET_TABLE)
 
 NAME_COLUMNS = ("short_name", "demangled_name", "name")  # dictionary-encoded text (table.Strings)
-# Kernel columns stored as int32 when their values fit (they always do in nsys' exports).
-NARROW_COLUMNS = ("device_id", "stream", "launch_type")
+# Kernel (and, for the correlation id, CUDA call) columns stored as int32 when their values fit: CUPTI's
+# 32-bit fields, so they always do in nsys' exports.
+NARROW_COLUMNS = ("device_id", "stream", "launch_type", "correlation_id")
 _API_VERSION_SUFFIX = re.compile(r"_v\d+$")
 _ENV_ROW = re.compile(r"^PROCESS_\d+:ENVIRONMENT_VARIABLE$")
 
@@ -422,6 +423,7 @@ def _api_calls(db: SqliteExport, strings: StringIds, detail: bool = True) -> Tab
     if not len(raw):
         return _empty(["start", "end", "tid", "correlation_id", "name"] + (["event_class"] if detail else []))
     out = _integers(raw, [c for c in wanted if c != "name_id"])
+    out["correlation_id"] = _narrow(out["correlation_id"])
     out["name"] = _names(_int(raw, "name_id"), strings, clean=_API_VERSION_SUFFIX)
     return out
 
