@@ -436,3 +436,13 @@ def test_bad_inputs_raise_input_error(tmp_path: Path) -> None:
     for path in (tmp_path / "missing.sqlite", text, other, tmp_path):
         with pytest.raises(InputError):
             load_export(path)
+
+
+def test_small_valued_kernel_columns_are_int32_unless_a_value_does_not_fit() -> None:
+    import numpy as np
+
+    from perfdoctor.load.nsys import _narrow
+
+    assert _narrow(np.array([0, 7, 2**31 - 1])).dtype == np.int32
+    wide = np.array([0, 2**31])  # a CUPTI uint32 past int32: kept exact
+    assert _narrow(wide).dtype == np.int64 and _narrow(wide).tolist() == [0, 2**31]
