@@ -5,7 +5,8 @@ A thread samples this process's RSS (``/proc/self/status``) every millisecond wh
 wrapped to record the highest RSS seen while it ran and the RSS it left behind. Phases nest: a table read's
 peak is also its loader's. For finding what to shrink; the CLI's own peak is bench_load/run_all's number.
 
-Run: ``python benchmarks/rss_phases.py FILE``.
+Run: ``python benchmarks/rss_phases.py FILE [--cli]`` (``--cli``: the whole `perfdoctor analyze FILE --format
+json` command in this process, its pool of one task included).
 """
 
 from __future__ import annotations
@@ -75,9 +76,16 @@ def main() -> None:
     threading.Thread(target=sample, daemon=True).start()
     base = rss()
     t0 = time.perf_counter()
-    api.analyze_file(api.FileTask(Path(sys.argv[1]), {}, False))
-    print(f"start RSS {base / MB:.0f} MiB, whole task {time.perf_counter() - t0:.2f} s, peak "
-          f"{_now[0] / MB:.0f} MiB")
+    if sys.argv[2:] == ["--cli"]:  # the whole command in this process (report, rules, rendering too)
+        from perfdoctor.cli import app as cli
+
+        cli(["analyze", sys.argv[1], "--format", "json", "-o", "/dev/null"], standalone_mode=False)
+    else:
+        api.analyze_file(api.FileTask(Path(sys.argv[1]), {}, False))
+    with open("/proc/self/status") as fh:
+        hwm = next(int(line.split()[1]) * 1024 for line in fh if line.startswith("VmHWM:"))
+    print(f"start RSS {base / MB:.0f} MiB, {time.perf_counter() - t0:.2f} s, peak sampled "
+          f"{max([_now[0], *(row[3] for row in rows)]) / MB:.0f} MiB, VmHWM {hwm / MB:.0f} MiB")
     for d, name, secs, peak, after in rows:
         print(f"{'  ' * d}{name:24s} {secs:6.2f} s  peak {peak / MB:7.0f} MiB  after {after / MB:7.0f} MiB")
 
