@@ -21,8 +21,9 @@ T = TypeVar("T")
 PER_TASK = 1  # set by perfdoctor.execute for the duration of a run
 # A timeline whose event tables hold more than this is measured one measurement at a time even with a
 # second core: side by side, their temporary arrays are alive at once. Measured on a 10M-kernel export
-# (830 MB of tables, benchmarks/rss_phases.py, 2 cores): peak 2,664 MiB side by side, 2,254 one at a time;
-# what the second thread saves (36 ms at 1M kernels, above) is about 1 % of such a file's analysis.
+# (830 MB of tables; whole `perfdoctor analyze --format json` in-process, 2 cores, 4 alternating pairs on a
+# busy machine): peak RSS 2,571-2,678 MiB side by side, 2,034-2,083 one at a time, for 3-22 % (median
+# about 12 %) more wall time. Memory bounded first: the time is won back elsewhere, not by doubling peaks.
 SIDE_BY_SIDE_MAX_BYTES = 256 << 20
 _side_by_side = True
 _UNSET: Any = object()
