@@ -342,6 +342,16 @@ def test_kernels_split_by_device(loaded: tuple[Release, TraceInfo, list[Timeline
     assert list(tls[(PID_B, 1)].kernels["grid_x"]) == [33]
 
 
+def test_a_timeline_s_process_column_is_its_process_held_once(
+        loaded: tuple[Release, TraceInfo, list[Timeline]]) -> None:
+    _, _, timelines = loaded
+    for tl in timelines:
+        for table in (tl.kernels, tl.memcpy, tl.memset):
+            if len(table):
+                pids = table["global_pid"]
+                assert pids.tolist() == [tl.global_pid] * len(table) and pids.strides == (0,)
+
+
 def test_every_gpu_op_finds_its_launch_call(loaded: tuple[Release, TraceInfo, list[Timeline]]) -> None:
     """correlationIds are per process: B's kernel 11 belongs to B's call 11, not A's."""
     _, _, timelines = loaded
