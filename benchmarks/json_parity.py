@@ -2,7 +2,8 @@
 
 A refactor of the loader or of the per-file task must not change any report: run ``save DIR`` before the
 change and ``check DIR`` after it (byte-identical JSON, the tool version aside). Inputs: every trace under
-sample_traces/ (each run directory analysed as one run, as the README does) and tests/data/traces/.
+sample_traces/ (each run directory analysed as one run, as the README does), tests/data/traces/ and
+tests/data/h100/.
 
 Run: ``python benchmarks/json_parity.py save /tmp/before`` then ``python benchmarks/json_parity.py check
 /tmp/before``.
@@ -22,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def inputs() -> list[Path]:
     """Run directories of sample_traces/ and single files of tests/data/traces/."""
     runs = sorted(p for p in (ROOT / "sample_traces").iterdir() if p.is_dir())
-    files = sorted(p for p in (ROOT / "tests" / "data" / "traces").rglob("*")
+    files = sorted(p for folder in ("traces", "h100") for p in (ROOT / "tests" / "data" / folder).rglob("*")
                    if p.is_file() and p.name.endswith((".sqlite", ".json.gz")))
     return runs + files + [ROOT / "tests" / "data" / "traces" / "kineto" / "param_dlrm_8rank"]
 
@@ -51,6 +52,10 @@ def main() -> None:
         saved = args.dir / name(path)
         if args.mode == "save":
             saved.write_text(text)
+            continue
+        if not saved.exists():  # an input added since the dump: nothing to compare it with
+            changed += 1
+            print(f"NOT SAVED {path.relative_to(ROOT)}")
             continue
         before = saved.read_text()
         if before != text:
