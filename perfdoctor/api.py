@@ -23,7 +23,7 @@ from perfdoctor.blame.path import RankPath, rank_path
 from perfdoctor.classify.framework import detect_framework, timeline_fingerprints
 from perfdoctor.classify.groups import GROUPS, label_groups
 from perfdoctor.classify.timeline import copy_classes, kernel_classes
-from perfdoctor.cores import beside
+from perfdoctor.cores import beside, sized_for
 from perfdoctor.diagnose import diagnose, load_rules
 from perfdoctor.errors import InputError
 from perfdoctor.execute import run_tasks
@@ -252,7 +252,10 @@ def analyze_file(task: FileTask) -> FileResult:
     merge_config(run, task.config)
     result = FileResult(trace, run.config, task.excerpts, task.trace_excerpts)
     while timelines:
-        result.ranks.append(analyze_timeline(timelines.pop(0), run.config, task.excerpts, task.trace_excerpts))
+        tl = timelines.pop(0)
+        with sized_for(sum(t.nbytes for t in (tl.kernels, tl.api, tl.nvtx, tl.memcpy, tl.memset))):
+            result.ranks.append(analyze_timeline(tl, run.config, task.excerpts, task.trace_excerpts))
+        del tl  # not held while the next timeline is analysed
     return result
 
 

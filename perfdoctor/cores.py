@@ -12,12 +12,20 @@ breakdown took 58 ms instead of 94 ms (medians of 5, 2 cores).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 
 PER_TASK = 1  # set by perfdoctor.execute for the duration of a run
+# A timeline whose event tables hold more than this is measured one measurement at a time even with a
+# second core: side by side, their temporary arrays are alive at once. Measured on a 10M-kernel export
+# (830 MB of tables; whole `perfdoctor analyze --format json` in-process, 2 cores, 4 alternating pairs on a
+# busy machine): peak RSS 2,571-2,678 MiB side by side, 2,034-2,083 one at a time, for 3-22 % (median
+# about 12 %) more wall time. Memory bounded first: the time is won back elsewhere, not by doubling peaks.
+SIDE_BY_SIDE_MAX_BYTES = 256 << 20
+_side_by_side = True
 _UNSET: Any = object()
 
 
@@ -52,6 +60,19 @@ class Later(Generic[T]):
 
 
 def beside(fn: Callable[..., T], *args: Any) -> Later[T]:
-    """``fn(*args)`` started on a second thread when this task has a second core, else computed when
-    its result is asked for. ``fn`` must not mutate what the caller goes on using."""
-    return Later(fn, args, start=PER_TASK > 1)
+    """``fn(*args)`` started on a second thread when this task has a second core (and the timeline is not
+    too large for two measurements' arrays at once: :func:`sized_for`), else computed when its result is
+    asked for. ``fn`` must not mutate what the caller goes on using."""
+    return Later(fn, args, start=PER_TASK > 1 and _side_by_side)
+
+
+@contextmanager
+def sized_for(table_bytes: int) -> Iterator[None]:
+    """Within the block, :func:`beside` runs measurements on a second thread only when the timeline's
+    tables hold at most :data:`SIDE_BY_SIDE_MAX_BYTES`: memory stays bounded by one measurement's arrays."""
+    global _side_by_side
+    before, _side_by_side = _side_by_side, table_bytes <= SIDE_BY_SIDE_MAX_BYTES
+    try:
+        yield
+    finally:
+        _side_by_side = before

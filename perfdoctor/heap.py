@@ -37,3 +37,24 @@ def keep_freed_memory() -> bool:
         return False
     mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
     return all([mallopt(M_TRIM_THRESHOLD, TRIM_ABOVE), mallopt(M_MMAP_THRESHOLD, MMAP_ABOVE), mallopt(M_ARENA_MAX, 1)])
+
+
+def give_back_freed(copied_bytes: int) -> bool:
+    """Hand the heap's free pages back to the kernel after a table of ``copied_bytes`` was copied out of the
+    SQLite reader's Arrow chunks; whether it did.
+
+    The reader fills many small chunks (heap memory) and frees them once copied into numpy; columns of at
+    least :data:`MMAP_ABOVE` bytes are mapped on their own, so nothing later reuses those freed chunks and
+    they stay resident: measured on a 10M-kernel export, 600 MB of the 1.3 GB held after reading the kernels.
+    Below that size later arrays reuse the freed chunks (what :func:`keep_freed_memory` is for), so the heap
+    is left as it is. ``malloc_trim`` only returns whole free pages; it never moves or frees live data."""
+    if copied_bytes < MMAP_ABOVE or not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+
+    try:
+        malloc_trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return False
+    malloc_trim.argtypes, malloc_trim.restype = [ctypes.c_size_t], ctypes.c_int
+    return bool(malloc_trim(0))

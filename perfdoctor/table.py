@@ -126,6 +126,11 @@ class Table:
     def columns(self) -> list[str]:
         return list(self._columns)
 
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the columns' arrays (a string column's codes; an object column's pointers)."""
+        return sum(v.codes.nbytes if isinstance(v, Strings) else v.nbytes for v in self._columns.values())
+
     def col(self, name: str, dtype: Any = None) -> np.ndarray:
         """A column as a plain array (strings decoded), converted to ``dtype`` when given."""
         values = self._columns[name]

@@ -26,6 +26,17 @@ def test_beside_runs_on_a_second_thread_only_with_a_second_core(monkeypatch) -> 
     assert cores.beside(record, 4).result() == 8 and where == [True, False]
 
 
+def test_a_timeline_too_large_for_two_measurements_at_once_runs_them_one_at_a_time(monkeypatch) -> None:
+    on_main = []
+    monkeypatch.setattr(cores, "PER_TASK", 2)
+    for size, main_thread in ((cores.SIDE_BY_SIDE_MAX_BYTES, False), (cores.SIDE_BY_SIDE_MAX_BYTES + 1, True)):
+        with cores.sized_for(size):
+            later = cores.beside(lambda: on_main.append(threading.current_thread() is threading.main_thread()))
+        later.result()
+        assert on_main[-1] is main_thread
+    assert cores._side_by_side  # restored after the block
+
+
 def test_an_error_beside_reaches_the_caller(monkeypatch) -> None:
     monkeypatch.setattr(cores, "PER_TASK", 2)
     later = cores.beside(lambda: 1 // 0)

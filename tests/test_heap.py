@@ -37,3 +37,10 @@ def test_the_library_leaves_the_allocator_alone(monkeypatch) -> None:
 
     monkeypatch.setattr(heap, "keep_freed_memory", lambda: pytest.fail("the library retuned malloc"))
     assert api.analyze([REAL_H100]).devices
+
+
+def test_freed_heap_pages_go_back_only_after_columns_too_large_to_reuse_them() -> None:
+    assert heap.give_back_freed(heap.MMAP_ABOVE - 1) is False  # later arrays of this size reuse the pages
+    chunks = [bytearray(100_000) for _ in range(2_000)]  # heap chunks (below the mmap threshold) ...
+    del chunks[:-1]  # ... freed below a live one, so only a trim gives their pages back
+    assert heap.give_back_freed(heap.MMAP_ABOVE) is GLIBC

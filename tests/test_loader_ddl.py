@@ -342,6 +342,16 @@ def test_kernels_split_by_device(loaded: tuple[Release, TraceInfo, list[Timeline
     assert list(tls[(PID_B, 1)].kernels["grid_x"]) == [33]
 
 
+def test_a_timeline_s_process_column_is_its_process_held_once(
+        loaded: tuple[Release, TraceInfo, list[Timeline]]) -> None:
+    _, _, timelines = loaded
+    for tl in timelines:
+        for table in (tl.kernels, tl.memcpy, tl.memset):
+            if len(table):
+                pids = table["global_pid"]
+                assert pids.tolist() == [tl.global_pid] * len(table) and pids.strides == (0,)
+
+
 def test_every_gpu_op_finds_its_launch_call(loaded: tuple[Release, TraceInfo, list[Timeline]]) -> None:
     """correlationIds are per process: B's kernel 11 belongs to B's call 11, not A's."""
     _, _, timelines = loaded
@@ -436,3 +446,13 @@ def test_bad_inputs_raise_input_error(tmp_path: Path) -> None:
     for path in (tmp_path / "missing.sqlite", text, other, tmp_path):
         with pytest.raises(InputError):
             load_export(path)
+
+
+def test_small_valued_kernel_columns_are_int32_unless_a_value_does_not_fit() -> None:
+    import numpy as np
+
+    from perfdoctor.load.nsys import _narrow
+
+    assert _narrow(np.array([0, 7, 2**31 - 1])).dtype == np.int32
+    wide = np.array([0, 2**31])  # a CUPTI uint32 past int32: kept exact
+    assert _narrow(wide).dtype == np.int64 and _narrow(wide).tolist() == [0, 2**31]

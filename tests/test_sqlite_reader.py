@@ -94,3 +94,28 @@ def test_a_large_read_that_fails_is_one_input_error(tmp_path, monkeypatch) -> No
             db.read("events", {"start": "start", "x": "nope"})
     finally:
         db.close()
+
+
+def test_each_column_s_arrow_chunks_are_freed_before_the_next_is_copied(tmp_path, monkeypatch) -> None:
+    """Peak memory of a read is one numpy copy of the table plus what is left of the Arrow one, not both
+    whole: when a column is copied, every earlier column's chunks are already released."""
+    from perfdoctor.load import arrow_c
+
+    path = tmp_path / "t.sqlite"
+    _make(path, SMALL_TABLE_ROWS * 2 + 3)
+    monkeypatch.setattr(cores, "PER_TASK", 2)
+    join, seen, still_held = arrow_c._join, [], []
+
+    def watched(arrays, formats):
+        still_held.extend(bool(a.release) for earlier in seen for a in earlier)
+        seen.append(arrays)
+        return join(arrays, formats)
+
+    monkeypatch.setattr(arrow_c, "_join", watched)
+    db = SqliteExport(path)
+    try:
+        table = db.read("events", COLUMNS)
+    finally:
+        db.close()
+    assert len(table) == SMALL_TABLE_ROWS * 2 + 3 and len(seen) == len(COLUMNS) and len(seen[0]) >= 2
+    assert still_held and not any(still_held)

@@ -104,22 +104,24 @@ def group_sizes(config: dict[str, Any]) -> dict[str, int | None]:
 def _codes(kernels: Table, kcls: Table) -> np.ndarray:
     """Compute-kernel code of every kernel; the taxonomy's ``kind`` is looked up once per distinct name."""
     category = kcls["category"]  # a code per distinct category, then one lookup per kernel
-    by_category = np.array([_CATEGORY_CODES.get(v, OTHER) for v in category.values] + [OTHER], dtype=np.int64)
+    # int8: a handful of codes, one byte per kernel (these are the heuristics' per-kernel temporaries)
+    by_category = np.array([_CATEGORY_CODES.get(v, OTHER) for v in category.values] + [OTHER], dtype=np.int8)
     codes = by_category[category.codes]
     names = kernels["short_name"]  # each distinct name classified once: no work per million kernels
     kind_code = np.array([_KIND_CODES.get(classify_kernel(str(s)).kind, OTHER) for s in names.values]
-                         + [OTHER], dtype=np.int64)
+                         + [OTHER], dtype=np.int8)
     by_kind = kind_code[names.codes]
     return np.where(codes == OTHER, by_kind, codes)
 
 
-def _launch_order(kernels: Table) -> np.ndarray:
-    """Kernel rows in the order the CPU launched them: by correlation id when every kernel has one."""
+def _launch_order(kernels: Table) -> np.ndarray | None:
+    """Kernel rows in the order the CPU launched them: by correlation id when every kernel has one;
+    None when the rows already are in that order."""
     corr = kernels.col("correlation_id")
     start = kernels.col("start")
     if len(corr) and (corr > 0).all():
         if np.all(corr[1:] > corr[:-1]):
-            return np.arange(corr.size)
+            return None
         return np.lexsort((start, corr))
     return np.argsort(start, kind="stable")
 
@@ -129,12 +131,15 @@ def _neighbours(kernels: Table, codes: np.ndarray, idx: np.ndarray) -> dict[str,
     of each code, before (``*_prev``) and after (``*_next``) it in launch order; and whether an
     optimizer kernel is nearer than any GEMM or attention kernel (``near_optimizer``)."""
     order = _launch_order(kernels)
-    rank = np.empty(order.size, dtype=np.int64)
-    rank[order] = np.arange(order.size)
-    seq = codes[order]
+    if order is None:  # rows in launch order: a row is its launch position (no per-kernel copies)
+        position, seq = idx, codes
+    else:
+        rank = np.empty(order.size, dtype=np.int64)
+        rank[order] = np.arange(order.size)
+        position, seq = rank[idx], codes[order]
     compute_pos = np.flatnonzero(seq >= 0)  # launch positions of compute kernels
     compute = seq[compute_pos]
-    nxt = np.searchsorted(compute_pos, rank[idx])  # index (in ``compute``) of the next compute kernel
+    nxt = np.searchsorted(compute_pos, position)  # index (in ``compute``) of the next compute kernel
     prv = nxt - 1
     out: dict[str, np.ndarray] = {}
     for name, mask in (("gemm", compute == GEMM), ("attention", compute == ATTENTION),

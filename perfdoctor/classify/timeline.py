@@ -26,6 +26,7 @@ def name_pairs(kernels: Table) -> tuple[np.ndarray, list[str], list[str | None]]
     width = len(demangled.values) + 1
     pair = short.codes.astype(np.int64) * width + demangled.codes
     inverse, pairs = factorize(pair)
+    inverse = inverse.astype(np.int32)  # kept for the timeline's life: half the width (pairs are few)
     shorts = [str(short.values[p // width]) for p in pairs]
     demangleds = [_text(demangled.values[p % width]) if 0 <= p % width < width - 1 else None for p in pairs]
     return inverse, shorts, demangleds
@@ -48,7 +49,7 @@ def kernel_classes(kernels: Table) -> Table:
     columns = {}
     for column, values in zip(CLASS_COLUMNS, classify_names(shorts, demangleds)):
         pair_codes, distinct = factorize(np.asarray(values, dtype=object), keep_missing=True)
-        columns[column] = Strings(pair_codes[inverse], distinct)
+        columns[column] = Strings(pair_codes.astype(np.int32)[inverse], distinct)
     return Table(columns, rows=len(kernels))
 
 

@@ -61,9 +61,11 @@ def group_comm(kernels: Table, act: Activity, codes: np.ndarray, groups: int) ->
 
 def gpu_activity(tl: Timeline) -> tuple[np.ndarray, np.ndarray]:
     """Starts and ends of everything the device ran: kernels, copies, fills."""
-    parts = (tl.kernels, tl.memcpy, tl.memset)
-    return (np.concatenate([p.col("start") for p in parts]),
-            np.concatenate([p.col("end") for p in parts]))
+    parts = [p for p in (tl.kernels, tl.memcpy, tl.memset) if len(p)]
+    if len(parts) == 1:  # kernels only (or copies only): their own columns, no copy of them
+        return parts[0].col("start"), parts[0].col("end")
+    return (np.concatenate([p.col("start") for p in parts] or [np.zeros(0, dtype=np.int64)]),
+            np.concatenate([p.col("end") for p in parts] or [np.zeros(0, dtype=np.int64)]))
 
 
 def activity(tl: Timeline, kcls: Table, ccls: Table) -> Activity:

@@ -33,10 +33,17 @@ def union(starts: np.ndarray, ends: np.ndarray) -> Intervals:
     # A new merged interval begins where the start lies beyond everything seen so far.
     new = np.empty(s.size, dtype=bool)
     new[0] = True
-    new[1:] = s[1:] > reach[:-1]
+    np.greater(s[1:], reach[:-1], out=new[1:])
     first = np.flatnonzero(new)
-    last = np.append(first[1:] - 1, s.size - 1)
-    return s[first], reach[last]
+    del new
+    merged_starts = s[first]
+    # Each merged interval ends where everything up to the row before the next one reaches (written into
+    # the result directly: no array of those rows beside it, at 10M kernels 160 MB less at once).
+    first -= 1
+    merged_ends = np.empty(first.size, dtype=reach.dtype)
+    np.take(reach, first[1:], out=merged_ends[:-1])
+    merged_ends[-1] = reach[-1]
+    return merged_starts, merged_ends
 
 
 def measure(iv: Intervals) -> int:
