@@ -109,7 +109,7 @@ def test_graph_mode_says_what_was_not_captured(twins):
 def test_cuda_graphs_candidate_does_not_fire_on_a_graphed_run(twins):
     (rule,) = [r for r in load_rules() if r.id == "cuda-graphs-candidate"]
     symptoms = {"host.short_kernel_fraction": 0.8, "kernels.count_per_step": 1000.0, "host.launch_bound_ms": 5.0,
-                "step.time_ms": 100.0}
+                "blocking.host_launch_ms": 5.0, "step.time_ms": 100.0}
     for run, fires in (("eager", True), ("node", False), ("graph", False)):
         measured = api.analyze([twins[run]]).metrics["ranks"]["0"]
         ctx = Context(metrics={**measured, **symptoms})

@@ -3,6 +3,7 @@ progress without a terminal is one line per 10 % on stderr."""
 
 from __future__ import annotations
 
+import functools
 import subprocess
 import sys
 
@@ -35,13 +36,12 @@ def test_bad_dask_address_is_one_line_exit_2() -> None:
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "--dask" in proc.stderr
 
 
-def _square(x: int) -> int:
-    return x * x
-
-
 def test_results_in_input_order_with_progress_every_tenth() -> None:
     seen = []
-    out = run_tasks(_square, list(range(20)), jobs=2, progress=lambda done, total, what: seen.append(done))
+    # a builtin, importable wherever the pool's workers start (fork, or a fork server once the process
+    # has threads or connectorx loaded, which cannot import this test module under --import-mode=importlib)
+    out = run_tasks(functools.partial(pow, exp=2), list(range(20)), jobs=2,
+                    progress=lambda done, total, what: seen.append(done))
     assert out == [x * x for x in range(20)]
     assert seen[0] == 0 and seen[-1] == 20 and sorted(seen) == seen
 

@@ -59,6 +59,7 @@ def test_runtime_imports_are_declared_dependencies():
     core = _requirement_names(PYPROJECT["dependencies"])
     capture = core | _requirement_names(PYPROJECT["optional-dependencies"]["capture"])
     dask = _requirement_names(PYPROJECT["optional-dependencies"]["distributed"]) | {"distributed"}
+    mcp = _requirement_names(PYPROJECT["optional-dependencies"]["mcp"])
     imports = _third_party_imports(REPO / "perfdoctor")
     capture_only = _third_party_imports(REPO / "perfdoctor" / "capture")
     missing = []
@@ -68,6 +69,8 @@ def test_runtime_imports_are_declared_dependencies():
             continue
         if where == "perfdoctor/execute.py" and DISTRIBUTION.get(module, module).lower() in dask:
             continue  # --dask: the `distributed` extra, imported only when asked for
+        if where == "perfdoctor/mcp_server.py" and DISTRIBUTION.get(module, module).lower() in mcp:
+            continue  # `perfdoctor mcp`: the `mcp` extra, imported only by that command
         if DISTRIBUTION.get(module, module).lower() not in allowed:
             missing.append(f"{module} ({where})")
     assert not missing, f"imported but not declared in pyproject.toml: {missing}"

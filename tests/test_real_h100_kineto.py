@@ -296,7 +296,12 @@ def test_compiled_trace_is_recognised_as_graphed(compiled):
     launches = [e["ts"] for e in events if e.get("cat") == "cuda_runtime" and e["name"].startswith("cudaGraphLaunch")]
     per_step = [sum(a <= t < b for t in launches) for a, b in _steps(events)]
     assert compiled["metrics"]["all"]["graphs.launches_per_step"] == statistics.median(per_step) == 2
-    assert not {f["rule"] for f in compiled["findings"]} & {"cuda-graphs-candidate", "host-launch-bound"}
+    findings = {f["rule"]: f for f in compiled["findings"]}
+    assert "cuda-graphs-candidate" not in findings
+    # What launch overhead is left on the path is outside the graphs: CUDA graphs are not advised again.
+    launch = findings.get("host-launch-bound")
+    assert launch is None or (launch["next_step"].startswith("CUDA graphs are already on") and not any(
+        k.get("megatron_bridge") == "model.cuda_graph_impl" for k in launch["knobs"]))
 
 
 def test_launch_bound_estimate_is_the_idle_time_graphs_removed(eager, graph):

@@ -20,7 +20,7 @@ cross-rank join splits off the part spent waiting for a late peer (:mod:`perfdoc
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -133,6 +133,9 @@ class _Walker:
         n = len(ops)
         b = np.maximum(edges.bind, 0)
         has = (edges.bind >= 0) if n else np.zeros(0, dtype=bool)
+        if n and not len(edges.ready):  # no op has an edge (no launch calls, one op per stream): one
+            edges = replace(edges, src=np.full(1, NONE), kind=np.zeros(1, dtype=np.int8),  # to index, unbound
+                            inferred=np.zeros(1, dtype=bool), ready=np.zeros(1, dtype=np.int64))
         ready = np.minimum(edges.ready[b], ops.start) if n else np.zeros(0, dtype=np.int64)
         link = has & (edges.kind[b] != LAUNCH) & (ops.start - ready <= START_LATENCY_NS) if n else has
         self.link = np.where(link, edges.src[b], NONE) if n else np.zeros(0, dtype=np.int64)
