@@ -260,7 +260,7 @@ def read_timelines(db: SqliteExport, info: TraceInfo, *, detail: bool = True) ->
         info.warnings.append(f"{undecoded} NVTX payload blob(s) could not be decoded (binaryData layout not "
                              "understood): the NCCL communicators of those calls are unknown")
     thread_names = {**_thread_names(db, strings), **thread_names_nvtx}
-    processes = _process_names(db)
+    processes = _process_names(db, _thread_names(db, strings))
     osrt = _osrt_counts(db)
     info.counts = {"kernels": len(kernels), "memcpy": len(memcpy), "memset": len(memset), "sync": len(sync),
                    "cuda_api": len(api), "nvtx": len(nvtx), "osrt": sum(osrt.values())}
@@ -621,10 +621,18 @@ def _thread_names(db: SqliteExport, strings: StringIds) -> dict[int, str]:
     return {int(t): str(strings.get(n, f"<string {n}>")) for t, n in rows if t is not None}
 
 
-def _process_names(db: SqliteExport) -> dict[int, str]:
+def _process_names(db: SqliteExport, threads: dict[int, str]) -> dict[int, str]:
+    """Each process's name. nsys names a process by what it saw first: on a busy machine that is its own
+    launcher (``nsys-launcher``), before the exec of the program; the main thread's OS name (its tid is the
+    pid) then names the program."""
     if not db.has("PROCESSES", "globalPid"):
         return {}
-    return {int(g): n for g, n in db.query("SELECT globalPid, name FROM PROCESSES") if g is not None}
+    names = {int(g): n for g, n in db.query("SELECT globalPid, name FROM PROCESSES") if g is not None}
+    for gpid, name in names.items():
+        main = threads.get(gpid | ((gpid >> TID_BITS) & ((1 << TID_BITS) - 1)))
+        if isinstance(name, str) and name.rsplit("/", 1)[-1] == "nsys-launcher" and main:
+            names[gpid] = main
+    return names
 
 
 def _osrt_counts(db: SqliteExport) -> dict[int, int]:
