@@ -89,7 +89,20 @@ DTYPE_BYTES = {"float": 4, "float32": 4, "half": 2, "float16": 2, "bfloat16": 2,
                "bool": 1, "float8_e4m3fn": 1, "float8_e5m2": 1}
 
 
-class _Args(msgspec.Struct, frozen=True):
+class _TextArgs(msgspec.Struct, frozen=True):
+    """The loosely typed ``args`` fields, the same in the strict and the loose decoding: names, and what
+    only NCCL kernels carry (recent PyTorch), which are few."""
+
+    name: Any = None  # metadata events: process / thread names
+    pg_name: Any = msgspec.field(default=None, name="Process Group Name")
+    pg_desc: Any = msgspec.field(default=None, name="Process Group Description")
+    group_size: Any = msgspec.field(default=None, name="Group size")
+    in_nelems: Any = msgspec.field(default=None, name="In msg nelems")
+    out_nelems: Any = msgspec.field(default=None, name="Out msg nelems")
+    dtype: Any = None
+
+
+class _Args(_TextArgs, frozen=True):
     """The ``args`` fields perfdoctor uses, typed so that msgspec converts them in C; every other key is
     skipped without being built. The decoders are not strict: a number written as a string (roctracer
     writes ``"bytes": "4096"``) converts. A chunk with a value that does not convert at all is decoded
@@ -102,14 +115,6 @@ class _Args(msgspec.Struct, frozen=True):
     grid: tuple[int, int, int] = (-1, -1, -1)
     block: tuple[int, int, int] = (-1, -1, -1)
     nbytes: int = msgspec.field(default=-1, name="bytes")
-    name: Any = None  # metadata events: process / thread names
-    # Only NCCL kernels carry these (recent PyTorch): loosely typed, they are few.
-    pg_name: Any = msgspec.field(default=None, name="Process Group Name")
-    pg_desc: Any = msgspec.field(default=None, name="Process Group Description")
-    group_size: Any = msgspec.field(default=None, name="Group size")
-    in_nelems: Any = msgspec.field(default=None, name="In msg nelems")
-    out_nelems: Any = msgspec.field(default=None, name="Out msg nelems")
-    dtype: Any = None
 
 
 _NO_ARGS = _Args()
@@ -141,20 +146,13 @@ _TOP = msgspec.json.Decoder(_Top, strict=False)
 _EVENTS = msgspec.json.Decoder(list[_Event], strict=False)
 
 
-class _LooseArgs(msgspec.Struct, frozen=True):
+class _LooseArgs(_TextArgs, frozen=True):
     correlation: Any = -1
     stream: Any = -1
     device: Any = -1
     grid: Any = None
     block: Any = None
     nbytes: Any = msgspec.field(default=-1, name="bytes")
-    name: Any = None
-    pg_name: Any = msgspec.field(default=None, name="Process Group Name")
-    pg_desc: Any = msgspec.field(default=None, name="Process Group Description")
-    group_size: Any = msgspec.field(default=None, name="Group size")
-    in_nelems: Any = msgspec.field(default=None, name="In msg nelems")
-    out_nelems: Any = msgspec.field(default=None, name="Out msg nelems")
-    dtype: Any = None
 
 
 class _LooseEvent(msgspec.Struct, frozen=True):
