@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -56,3 +57,19 @@ def test_analyze_does_not_import_typer_pydantic_pandas_or_the_html_stack():
         proc = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, proc.stderr
         assert proc.stderr.strip().splitlines()[-1] == "LOADED []", (argv, proc.stderr[-2000:])
+
+
+def test_json_analysis_of_one_file_does_not_import_rich():
+    """``analyze --format json`` with stderr not a terminal shows no progress for one file, so rich (the
+    terminal renderer's console, ~30 ms of start-up) stays unimported (perfdoctor.render.progress)."""
+    from tests.paths import REAL_H100
+
+    code = ("import atexit, sys\n"
+            "atexit.register(lambda: sys.stderr.write('LOADED ' + repr(sorted(m for m in sys.modules "
+            "if m == 'rich' or m.startswith('rich.'))) + '\\n'))\n"
+            "import runpy; runpy.run_module('perfdoctor', run_name='__main__', alter_sys=True)")
+    env = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "TTY_COMPATIBLE")}
+    proc = subprocess.run([sys.executable, "-c", code, "analyze", str(REAL_H100), "--format", "json", "-o",
+                           os.devnull], capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == "LOADED []", proc.stderr[-2000:]
