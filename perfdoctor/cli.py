@@ -140,7 +140,7 @@ def analyze(paths: tuple[Path, ...], output_format: str, output: Path | None, tp
     from perfdoctor import api
     from perfdoctor.heap import keep_freed_memory
     from perfdoctor.invocation import analysis_config
-    from perfdoctor.render.terminal import analysis_progress
+    from perfdoctor.render.progress import analysis_progress
 
     keep_freed_memory()
 

@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -56,3 +57,21 @@ def test_analyze_does_not_import_typer_pydantic_pandas_or_the_html_stack():
         proc = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, proc.stderr
         assert proc.stderr.strip().splitlines()[-1] == "LOADED []", (argv, proc.stderr[-2000:])
+
+
+def test_json_analysis_of_one_nsys_export_imports_neither_rich_nor_the_kineto_reader():
+    """``analyze --format json`` of one nsys export with stderr not a terminal shows no progress, so rich
+    (the terminal renderer's console, ~30 ms of start-up) stays unimported (perfdoctor.render.progress);
+    nor is the Kineto reader and its msgspec (~13 ms) loaded for an input that is not Kineto."""
+    from tests.paths import REAL_H100
+
+    lazy = ("rich", "msgspec", "perfdoctor.load.kineto")
+    code = ("import atexit, sys\n"
+            "atexit.register(lambda: sys.stderr.write('LOADED ' + repr(sorted(m for m in sys.modules "
+            f"if m.split('.')[0] in {lazy!r} or m in {lazy!r})) + '\\n'))\n"
+            "import runpy; runpy.run_module('perfdoctor', run_name='__main__', alter_sys=True)")
+    env = {k: v for k, v in os.environ.items() if k not in ("FORCE_COLOR", "TTY_COMPATIBLE")}
+    proc = subprocess.run([sys.executable, "-c", code, "analyze", str(REAL_H100), "--format", "json", "-o",
+                           os.devnull], capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == "LOADED []", proc.stderr[-2000:]

@@ -101,3 +101,18 @@ def test_a_file_without_config_marks_is_measured_under_the_runs_config(tmp_path)
     report = api.analyze([tmp_path], jobs=1)
     zero, one = report.metrics["ranks"]["0"], report.metrics["ranks"]["1"]
     assert zero["mfu"] is not None and one["mfu"] == zero["mfu"]
+
+
+def test_log_progress_without_a_terminal_prints_every_tenth_and_nothing_for_few_tasks(capsys, monkeypatch) -> None:
+    """perfdoctor.render.progress: stderr not a terminal → the once-per-10 % lines, created lazily."""
+    from perfdoctor.render.progress import analysis_progress
+
+    monkeypatch.delenv("FORCE_COLOR", raising=False)
+    monkeypatch.delenv("TTY_COMPATIBLE", raising=False)
+    with analysis_progress() as update:
+        update(1, 2, "few")
+        for done in range(1, 21):
+            update(done, 20, "many")
+    err = capsys.readouterr().err
+    assert "few" not in err
+    assert err.count("perfdoctor: many (") == 10 and "(100 %)" in err

@@ -30,7 +30,6 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from perfdoctor.classify.projection import calls_of, kernel_launch_calls, launch_calls
-from perfdoctor.load.kineto import OP_CATEGORY
 from perfdoctor.load.labels import labelled, matching
 from perfdoctor.measure import intervals as iv
 from perfdoctor.measure.steps import Steps
@@ -182,6 +181,8 @@ def host_pauses(tl: Timeline) -> iv.Intervals:
     starts, ends = [tl.api.col("start")], [tl.api.col("end")]
     nvtx = tl.nvtx
     if tl.trace.format == "kineto-json" and len(nvtx):
+        from perfdoctor.load.kineto import OP_CATEGORY  # loaded already for this input; an nsys one never pays
+
         ops = nvtx.col("category") == OP_CATEGORY
         starts.append(nvtx.col("start")[ops])
         ends.append(nvtx.col("end")[ops])
