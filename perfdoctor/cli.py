@@ -497,6 +497,19 @@ def _exit_interrupted_or(code: int) -> None:
 def _fail(message: str, code: int) -> None:
     first = message.strip().splitlines()[0] if message.strip() else "error"
     sys.stderr.write(f"perfdoctor: {first}\n")
+    if code == 130:
+        # Interrupted: leave without interpreter teardown. CPython ends a process whose KeyboardInterrupt
+        # ever left an exec() of source text (dataclass and namedtuple methods are made that way while a
+        # module imports) by SIGINT instead of its exit code, however it was handled, and teardown under a
+        # measurement still running beside the main thread (perfdoctor.cores.beside) can abort: 2 of 90
+        # interrupts ended -2 or -6 before. The atomic writes removed their temporary files, and a process
+        # pool was shut down, as the interrupt passed through them.
+        for stream in (sys.stderr, sys.stdout):
+            try:
+                stream.flush()
+            except (OSError, ValueError):  # a closed pipe or stream: nothing more can reach it
+                pass
+        os._exit(code)
     sys.exit(code)
 
 
