@@ -49,7 +49,7 @@ def _private_export_cache(tmp_path_factory: pytest.TempPathFactory) -> Generator
 class _OutsideReads:
     """Files a test opened beside the checkout: inside the checkout's parent folder, outside the checkout.
 
-    A clone has nothing beside it (no ``../shared``, no other checkout), so a test that reads there passes
+    A clone has nothing beside it (no project folder, no other checkout), so a test that reads there passes
     only on one machine. An audit hook sees every ``open`` of this process; paths are compared as written
     (absolute, ``..`` folded), without a system call per open. Where the checkout's parent is the root or
     the temporary folder, "beside" would be everything, so nothing is watched there. The temporary folder,

@@ -20,7 +20,7 @@ CODE = sorted(p for folder in ("tests", "benchmarks", "scripts", "perfdoctor") f
 # Where checkouts and the project's shared folder live on the developers' machines: no code names them.
 # (Other absolute paths are fine: system locations, and made-up ones such as a snapshot's stack frames.)
 CHECKOUTS = ("/work/", "/home/", "/root/")
-SHARED = ("../shared", "shared/traces", "shared/research", "shared/guide")
+SHARED = ("/shared", "shared/traces", "shared/research", "shared/guide")  # "/shared": a folder beside the repo
 
 
 def _climbs(path: Path, node: ast.AST) -> int | None:
