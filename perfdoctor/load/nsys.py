@@ -259,8 +259,9 @@ def read_timelines(db: SqliteExport, info: TraceInfo, *, detail: bool = True) ->
     if undecoded:
         info.warnings.append(f"{undecoded} NVTX payload blob(s) could not be decoded (binaryData layout not "
                              "understood): the NCCL communicators of those calls are unknown")
-    thread_names = {**_thread_names(db, strings), **thread_names_nvtx}
-    processes = _process_names(db, _thread_names(db, strings))
+    os_thread_names = _thread_names(db, strings)
+    thread_names = {**os_thread_names, **thread_names_nvtx}
+    processes = _process_names(db, os_thread_names)
     osrt = _osrt_counts(db)
     info.counts = {"kernels": len(kernels), "memcpy": len(memcpy), "memset": len(memset), "sync": len(sync),
                    "cuda_api": len(api), "nvtx": len(nvtx), "osrt": sum(osrt.values())}

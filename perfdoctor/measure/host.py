@@ -33,6 +33,7 @@ from perfdoctor.classify.projection import calls_of, kernel_launch_calls, launch
 from perfdoctor.load.labels import labelled, matching
 from perfdoctor.measure import intervals as iv
 from perfdoctor.measure.steps import Steps
+from perfdoctor.memo import per_object
 from perfdoctor.model import Timeline
 from perfdoctor.table import Table, factorize
 
@@ -175,6 +176,7 @@ def _spans(rows: Table) -> iv.Intervals:
     return iv.union(rows.col("start"), rows.col("end"))
 
 
+@per_object  # the host-gap causes and the critical path's host split both ask
 def host_pauses(tl: Timeline) -> iv.Intervals:
     """Stretches in which no thread of the process made a CUDA call or (PyTorch profiler) ran an operator,
     at least ``PAUSE_FACTOR`` times the process's median stretch between them."""
