@@ -1,7 +1,7 @@
 """Dump `perfdoctor analyze X --format json` for every trace in the repository, or diff against a dump.
 
 A refactor of the loader or of the per-file task must not change any report: run ``save DIR`` before the
-change and ``check DIR`` after it (byte-identical JSON, the tool version aside). Inputs: every trace under
+change and ``check DIR`` after it (byte-identical JSON, the tool version and the checkout's path aside). Inputs: every trace under
 sample_traces/ (each run directory analysed as one run, as the README does), tests/data/traces/ and
 tests/data/h100/.
 
@@ -33,6 +33,7 @@ def report(path: Path) -> str:
     out = subprocess.run([sys.executable, "-m", "perfdoctor", "analyze", str(path), "--format", "json",
                           "--allow-mixed"], capture_output=True, text=True, cwd=ROOT)
     text = out.stdout if out.returncode == 0 else f"exit {out.returncode}: {out.stderr.strip()[-300:]}\n"
+    text = text.replace(str(ROOT), "<checkout>")  # dumps of two checkouts (a worktree, main) compare
     return "\n".join(line for line in text.splitlines() if '"tool_version"' not in line) + "\n"
 
 

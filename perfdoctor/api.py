@@ -245,14 +245,15 @@ def _summaries(ranks: list[RankResult]) -> tuple[list[DeviceSummary], dict[str, 
 
 
 def analyze_file(task: FileTask) -> FileResult:
-    """Load one file, then analyse its timelines one at a time, each dropped once summarised."""
-    trace, timelines = load_trace(task.path, detail=False)
+    """Load one file, then analyse its timelines one at a time, each put together from the file's pieces
+    when its turn comes (perfdoctor.load.pieces) and dropped once summarised."""
+    trace, timelines = load_trace(task.path, detail=False, lazy=True)
     run = Run(traces=[trace], timelines=timelines)
     assign_ranks(run)  # provisional (within the file); the run-level assignment has the last word
     merge_config(run, task.config)
     result = FileResult(trace, run.config, task.excerpts, task.trace_excerpts)
     while timelines:
-        tl = timelines.pop(0)
+        tl = timelines.pop(0).filled()
         with sized_for(sum(t.nbytes for t in (tl.kernels, tl.api, tl.nvtx, tl.memcpy, tl.memset))):
             result.ranks.append(analyze_timeline(tl, run.config, task.excerpts, task.trace_excerpts))
         del tl  # not held while the next timeline is analysed

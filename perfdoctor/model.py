@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from perfdoctor.load.memsnap import MemorySnapshot
     from perfdoctor.table import Table
 
@@ -149,6 +151,13 @@ class Timeline(_Identity):
     rank: int | None = None
     rank_source: str | None = None  # nvtx-mark | env | manifest | file-order
     memory: MemorySnapshot | None = None  # this rank's CUDA memory snapshot, when the run has one
+    # Set by a loader that leaves the large tables in the file's pieces until the timeline is analysed
+    # (load/pieces.py): called by :meth:`filled`; kernels, api, memcpy and memset are empty until then.
+    pending: Callable[[Timeline], Timeline] | None = field(default=None, repr=False, compare=False)
+
+    def filled(self) -> Timeline:
+        """This timeline with all its tables (itself when its loader read them whole)."""
+        return self.pending(self) if self.pending is not None else self
 
 
 @dataclass

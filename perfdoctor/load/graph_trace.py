@@ -38,23 +38,22 @@ def replay_name(graph_id: int) -> str:
     return f"[CUDA graph {graph_id} replay]"
 
 
-def with_graph_replays(db: SqliteExport, kernels: Table, warnings: list[str]) -> Table:
-    """``kernels`` plus one row per graph replay of the export (sorted by start, as the loader keeps
-    kernels); unchanged when the export has no graph trace. Appends the capture-mode warning."""
-
+def read_replays(db: SqliteExport, warnings: list[str]) -> Table | None:
+    """The export's graph replays as kernel rows (start end device_id stream correlation_id global_pid and
+    the replay's name as short_name and demangled_name), None when it has no graph trace. Appends the
+    capture-mode warning."""
     wanted = {"start": "start", "end": "end", "device_id": "deviceId", "stream": "streamId",
               "correlation_id": "correlationId", "global_pid": "globalPid", "graph_id": "graphId"}
     if not db.has(GRAPH_TABLE) or any(not db.has(GRAPH_TABLE, col) for col in wanted.values()):
-        return kernels
+        return None
     raw = db.read(GRAPH_TABLE, wanted)
     if not len(raw):
-        return kernels
+        return None
     rows = {c: _filled(raw.col(c)) for c in wanted}
     graph_ids = rows.pop("graph_id")
     uniq, inverse = np.unique(graph_ids, return_inverse=True)
     names = Strings(inverse.reshape(-1).astype(np.int32), np.array([replay_name(int(g)) for g in uniq], dtype=object))
-    replays = Table({**rows, **{c: np.full(len(raw), -1, dtype=np.int64) for c in kernels.columns
-                                if c not in rows and c not in ("short_name", "demangled_name")}})
+    replays = Table(rows)
     replays["short_name"] = names
     replays["demangled_name"] = names
     total_ms = float((rows["end"] - rows["start"]).sum()) / NS_PER_MS
@@ -63,10 +62,19 @@ def with_graph_replays(db: SqliteExport, kernels: Table, warnings: list[str]) ->
         "as whole graphs (nsys --cuda-graph-trace=graph, the default): they count as busy compute, but the kernels "
         "inside them were not captured, so kernel mix, GEMM share, launch statistics and LayerNorm blocking are "
         "unknown; capture with `nsys profile --cuda-graph-trace=node` to see each kernel")
+    return replays
+
+
+def with_replays(kernels: Table, replays: Table | None) -> Table:
+    """``kernels`` plus the graph replays as rows (sorted by start, as the loader keeps kernels); the
+    kernel columns a replay lacks (launch type, geometry) are -1."""
+    if replays is None or not len(replays):
+        return kernels
     if not len(kernels.columns):
         return replays
-    merged = Table.concat([kernels, replays.select(kernels.columns)]) if len(kernels) else \
-        replays.select(kernels.columns)
+    rows = Table({c: replays[c] if c in replays else np.full(len(replays), -1, dtype=np.int64)
+                  for c in kernels.columns}, rows=len(replays))
+    merged = Table.concat([kernels, rows]) if len(kernels) else rows
     return merged.sorted_by("start")
 
 

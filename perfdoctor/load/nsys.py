@@ -13,13 +13,15 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 from perfdoctor.errors import InputError, shown
-from perfdoctor.load.graph_trace import with_graph_replays
+from perfdoctor.load.graph_trace import read_replays, with_replays
 from perfdoctor.load.nccl_payload import read_payloads
+from perfdoctor.load.pieces import Pieces
 from perfdoctor.load.sqlite_export import SqliteExport
 from perfdoctor.model import GpuInfo, Timeline, TraceInfo
 from perfdoctor.table import Strings, Table, factorize
@@ -101,23 +103,35 @@ DETAIL_COLUMNS = {
 }
 
 
-def load_export(path: str | Path, *, detail: bool = True) -> tuple[TraceInfo, list[Timeline]]:
+def load_export(path: str | Path, *, detail: bool = True, lazy: bool = False) -> tuple[TraceInfo, list[Timeline]]:
     """Read one nsys SQLite export. Raises :class:`InputError` for anything that is not one.
 
-    ``detail=False`` leaves out the :data:`DETAIL_COLUMNS` that no measurement uses."""
+    ``detail=False`` leaves out the :data:`DETAIL_COLUMNS` that no measurement uses. ``lazy``: the
+    timelines come back without their large tables, each put together by :meth:`Timeline.filled` when it
+    is analysed (:func:`read_timelines`), so that one process's rows are held at a time."""
     db = SqliteExport(Path(path))
     try:
-        info = read_trace_info(db)
-        timelines = read_timelines(db, info, detail=detail)
+        with _bad_input(path):
+            info = read_trace_info(db)
+            timelines = read_timelines(db, info, detail=detail)
+            if not lazy:
+                timelines = [tl.filled() for tl in timelines]
+    finally:
+        db.close()
+    return info, timelines
+
+
+@contextmanager
+def _bad_input(path: str | Path) -> Iterator[None]:
+    """Damaged values read as bad input: one line naming the file, never a traceback."""
+    try:
+        yield
     except BadValue as exc:
         raise InputError(f"{path}: {exc}") from None
     except (TypeError, ValueError, AttributeError, OverflowError, KeyError, IndexError) as exc:
         # The readers trust the column types nsys writes; an edited or damaged export (text where an
         # integer belongs, a blob for a name, a key missing) is bad input, not a perfdoctor bug.
         raise InputError(f"{path}: unexpected values in the export ({type(exc).__name__}: {exc})") from None
-    finally:
-        db.close()
-    return info, timelines
 
 
 # --------------------------------------------------------------------------------------------
@@ -239,20 +253,23 @@ def _gpus(db: SqliteExport) -> dict[int, GpuInfo]:
 
 
 def read_timelines(db: SqliteExport, info: TraceInfo, *, detail: bool = True) -> list[Timeline]:
-    """Split the file's events into one Timeline per (process, device)."""
+    """Split the file's events into one Timeline per (process, device).
+
+    The large tables (kernels, CUDA calls, copies) are read slice by slice and routed per process
+    (:mod:`perfdoctor.load.pieces`); a Timeline comes back without them, and :meth:`Timeline.filled` puts
+    its process's rows together: ``perfdoctor analyze`` holds one process's rows at a time."""
     with _values_of("StringIds"):
         strings = _strings(db)
-    with _values_of(KERNEL_TABLE):
-        kernels = _kernels(db, strings, detail)
-    kernels = with_graph_replays(db, kernels, info.warnings)  # graph-mode CUDA graphs as rows
-    with _values_of(MEMCPY_TABLE):
-        memcpy = _device_table(db, MEMCPY_TABLE, {"bytes": "bytes", "copy_kind": "copyKind"})
-    with _values_of(MEMSET_TABLE):
-        memset = _device_table(db, MEMSET_TABLE, {"bytes": "bytes"})
+    pieces = Pieces()
+    big = {"kernels": (KERNEL_TABLE, _kernel_columns(detail), "global_pid"),
+           "memcpy": (MEMCPY_TABLE, {**DEVICE_COLUMNS, "bytes": "bytes", "copy_kind": "copyKind"}, "global_pid"),
+           "memset": (MEMSET_TABLE, {**DEVICE_COLUMNS, "bytes": "bytes"}, "global_pid"),
+           "api": (RUNTIME_TABLE, _api_columns(detail), "tid")}
+    for name, (table, wanted, key) in big.items():
+        _route(db, pieces, name, table, wanted, key)
+    replays = read_replays(db, info.warnings)  # graph-mode CUDA graphs as kernel rows
     with _values_of(SYNC_TABLE):
         sync = _device_table(db, SYNC_TABLE, {"sync_type": "syncType"})
-    with _values_of(RUNTIME_TABLE):
-        api = _api_calls(db, strings, detail)
     with _values_of("NVTX_EVENTS"):
         nvtx, thread_names_nvtx = _nvtx(db, strings, detail)
     nccl, undecoded = read_payloads(db, strings)
@@ -263,11 +280,13 @@ def read_timelines(db: SqliteExport, info: TraceInfo, *, detail: bool = True) ->
     thread_names = {**os_thread_names, **thread_names_nvtx}
     processes = _process_names(db, os_thread_names)
     osrt = _osrt_counts(db)
-    info.counts = {"kernels": len(kernels), "memcpy": len(memcpy), "memset": len(memset), "sync": len(sync),
-                   "cuda_api": len(api), "nvtx": len(nvtx), "osrt": sum(osrt.values())}
+    info.counts = {"kernels": pieces.counts.get("kernels", 0) + (len(replays) if replays is not None else 0),
+                   "memcpy": pieces.counts.get("memcpy", 0), "memset": pieces.counts.get("memset", 0),
+                   "sync": len(sync), "cuda_api": pieces.counts.get("api", 0), "nvtx": len(nvtx),
+                   "osrt": sum(osrt.values())}
 
     # Which (process, device) pairs ran GPU work.
-    keys: list[tuple[int, int | None]] = sorted({pair for t in (kernels, memcpy, memset) for pair in _pairs(t)})
+    keys = sorted(set(pieces.pairs) | set(_pairs(replays) if replays is not None else []))
     if not keys:
         # CPU-only capture: one timeline per process that wrote NVTX ranges.
         gpids = sorted({int(g) for g in np.unique(nvtx["tid"] & PID_MASK)}) if len(nvtx) else []
@@ -277,22 +296,73 @@ def read_timelines(db: SqliteExport, info: TraceInfo, *, detail: bool = True) ->
                 "no CUDA data in this trace: it was captured without `-t cuda` (or the program ran no GPU "
                 "work); only NVTX and OS-runtime activity can be summarised"
             )
-
-    by_pid = {name: _group_by_pid(table, by_tid=name in ("api", "nvtx", "nccl"))
-              for name, table in (("kernels", kernels), ("memcpy", memcpy), ("memset", memset), ("sync", sync),
-                                  ("api", api), ("nvtx", nvtx), ("nccl", nccl))}
-    empty = {"kernels": kernels, "memcpy": memcpy, "memset": memset, "sync": sync, "api": api, "nvtx": nvtx,
-             "nccl": nccl}
+    pieces.keep({gpid for gpid, _ in keys})
+    by_pid = {name: _group_by_pid(table, by_tid=name in ("nvtx", "nccl"))
+              for name, table in (("sync", sync), ("nvtx", nvtx), ("nccl", nccl))}
+    empty = {"sync": sync, "nvtx": nvtx, "nccl": nccl}
+    fill = _Filler(pieces, strings, replays, detail, [gpid for gpid, _ in keys])
     timelines = []
     for gpid, dev in keys:
         parts = {name: _part(by_pid[name].get(gpid, frame.take(slice(0, 0))), dev, gpid)
                  for name, frame in empty.items()}
         timelines.append(Timeline(
-            trace=info, pid=pid_of(gpid), global_pid=gpid, device_id=dev, **parts,
+            trace=info, pid=pid_of(gpid), global_pid=gpid, device_id=dev, **parts, **fill.placeholders,
             thread_names={t: n for t, n in thread_names.items() if (t & PID_MASK) == gpid},
-            process_name=processes.get(gpid), osrt_calls=osrt.get(gpid, 0),
+            process_name=processes.get(gpid), osrt_calls=osrt.get(gpid, 0), pending=fill,
         ))
     return timelines
+
+
+def _route(db: SqliteExport, pieces: Pieces, name: str, table: str, wanted: dict[str, str], key: str) -> None:
+    """Read a large table slice by slice, its integer columns checked and NULLs filled, each slice's rows
+    routed to their process (a CUDA call's by its thread's globalTid)."""
+    with _values_of(table):
+        for raw in db.read_slices(table, _select(db, table, wanted)):
+            rows = _integers(raw, list(wanted))
+            pieces.add(name, rows[key] & PID_MASK if key == "tid" else rows[key], rows)
+
+
+class _Filler:
+    """Puts a timeline's kernels, CUDA calls and copies together from its process's routed rows, as the
+    whole-table readers gave them: kernels narrowed, named and sorted by start with the graph replays among
+    them, CUDA calls named without their version suffix. A process's rows are built once and kept until its
+    last timeline (one per device it used) is filled."""
+
+    def __init__(self, pieces: Pieces, strings: StringIds, replays: Table | None, detail: bool,
+                 gpids: list[int]) -> None:
+        self.pieces, self.strings, self.detail = pieces, strings, detail
+        self.replays = _group_by_pid(replays, by_tid=False) if replays is not None else {}
+        self.left = {gpid: gpids.count(gpid) for gpid in gpids}
+        self.built: dict[int, dict[str, Table]] = {}
+        self.placeholders = {name: self._build(name, None).take(slice(0, 0))
+                             for name in ("kernels", "memcpy", "memset", "api")}
+
+    def __call__(self, tl: Timeline) -> Timeline:
+        gpid = tl.global_pid
+        if gpid not in self.built:
+            with _bad_input(tl.trace.path):
+                self.built[gpid] = {name: self._build(name, gpid) for name in ("kernels", "memcpy", "memset", "api")}
+        rows = self.built[gpid]
+        self.left[gpid] -= 1
+        if not self.left[gpid]:
+            del self.built[gpid]
+        return replace(tl, pending=None, **{name: _part(table, tl.device_id, gpid) for name, table in rows.items()})
+
+    def _build(self, name: str, gpid: int | None) -> Table:
+        """One process's rows of a table (no process: the table's empty shape)."""
+        if not self.pieces.counts.get(name):
+            table = {"kernels": _no_kernels, "api": _no_api_calls, "memcpy": _no_memcpy,
+                     "memset": _no_memset}[name](self.detail)
+        else:
+            rows = self.pieces.take(name, gpid) if gpid is not None else None
+            if rows is None:
+                rows = self.pieces.shape(name)
+            table = (_kernels(rows, self.strings) if name == "kernels" else
+                     _api_calls(rows, self.strings) if name == "api" else rows)
+        if name == "kernels":
+            return with_replays(table, self.replays.get(gpid) if gpid is not None else
+                                (next(iter(self.replays.values())).take(slice(0, 0)) if self.replays else None))
+        return table
 
 
 def _pairs(table: Table) -> list[tuple[int, int]]:
@@ -490,19 +560,29 @@ def _api_columns(detail: bool) -> dict[str, str]:
                             "name_id": "nameId", "event_class": "eventClass"}, "api", detail)
 
 
-def _kernels(db: SqliteExport, strings: StringIds, detail: bool = True) -> Table:
+def _no_kernels(detail: bool) -> Table:
     wanted = _kernel_columns(detail)
-    raw = db.read(KERNEL_TABLE, _select(db, KERNEL_TABLE, wanted))
-    if not len(raw):
-        return _empty([c for c in wanted if not c.endswith("_id") or c in ("device_id", "correlation_id")]
-                      + ["short_name", "demangled_name"])
-    out = _integers(raw, [c for c in wanted if c not in ("short_id", "demangled_id")])
+    return _empty([c for c in wanted if not c.endswith("_id") or c in ("device_id", "correlation_id")]
+                  + ["short_name", "demangled_name"])
+
+
+def _kernels(rows: Table, strings: StringIds) -> Table:
+    """One process's kernel rows (integers, NULLs filled): narrowed, named, sorted by start once here, so
+    no measurement has to sort again."""
+    out = Table({c: rows[c] for c in rows.columns if c not in ("short_id", "demangled_id")}, rows=len(rows))
     for column in NARROW_COLUMNS:
         out[column] = _narrow(out[column])
-    out["short_name"] = _names(_int(raw, "short_id"), strings)
-    out["demangled_name"] = _names(_int(raw, "demangled_id"), strings)
-    del raw
-    return out.sorted_by("start")  # sorted once here, so no measurement has to sort again
+    out["short_name"] = _names(rows["short_id"], strings)
+    out["demangled_name"] = _names(rows["demangled_id"], strings)
+    return out.sorted_by("start")
+
+
+def _no_memcpy(detail: bool) -> Table:
+    return _empty([*DEVICE_COLUMNS, "bytes", "copy_kind"])
+
+
+def _no_memset(detail: bool) -> Table:
+    return _empty([*DEVICE_COLUMNS, "bytes"])
 
 
 def _device_table(db: SqliteExport, table: str, extra: dict[str, str]) -> Table:
@@ -513,15 +593,15 @@ def _device_table(db: SqliteExport, table: str, extra: dict[str, str]) -> Table:
     return _integers(raw, list(wanted))
 
 
-def _api_calls(db: SqliteExport, strings: StringIds, detail: bool = True) -> Table:
-    """CUDA runtime and driver calls, names without the ``_vNNNN`` version suffix."""
-    wanted = _api_columns(detail)
-    raw = db.read(RUNTIME_TABLE, _select(db, RUNTIME_TABLE, wanted))
-    if not len(raw):
-        return _empty(["start", "end", "tid", "correlation_id", "name"] + (["event_class"] if detail else []))
-    out = _integers(raw, [c for c in wanted if c != "name_id"])
+def _no_api_calls(detail: bool) -> Table:
+    return _empty(["start", "end", "tid", "correlation_id", "name"] + (["event_class"] if detail else []))
+
+
+def _api_calls(rows: Table, strings: StringIds) -> Table:
+    """One process's CUDA runtime and driver calls, names without the ``_vNNNN`` version suffix."""
+    out = Table({c: rows[c] for c in rows.columns if c != "name_id"}, rows=len(rows))
     out["correlation_id"] = _narrow(out["correlation_id"])
-    out["name"] = _names(_int(raw, "name_id"), strings, clean=_API_VERSION_SUFFIX)
+    out["name"] = _names(rows["name_id"], strings, clean=_API_VERSION_SUFFIX)
     return out
 
 

@@ -51,13 +51,14 @@ def load_run(paths: list[Path], config: dict[str, Any] | None = None,
     return run
 
 
-def load_trace(path: Path, *, detail: bool = True) -> tuple[TraceInfo, list[Timeline]]:
-    """One input file, whichever format it is (nsys SQLite export or PyTorch profiler trace)."""
+def load_trace(path: Path, *, detail: bool = True, lazy: bool = False) -> tuple[TraceInfo, list[Timeline]]:
+    """One input file, whichever format it is (nsys SQLite export or PyTorch profiler trace). ``lazy``:
+    an export's timelines may come back without their large tables (:meth:`Timeline.filled` reads them)."""
     if reads_as_kineto(path):
         from perfdoctor.load.kineto import load_kineto  # msgspec and the JSON reader: only for Kineto input
 
         return load_kineto(path)
-    return load_export(path, detail=detail)
+    return load_export(path, detail=detail, lazy=lazy)
 
 
 def attach_snapshots(run: Run, snapshots: list[MemorySnapshot]) -> None:

@@ -29,7 +29,7 @@ from __future__ import annotations
 import re
 import sqlite3
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -42,6 +42,9 @@ from perfdoctor.table import Table
 
 # Event tables up to this many rows are read through sqlite3 (docs/benchmarks.md, "SQLite readers").
 SMALL_TABLE_ROWS = 50_000
+# Rows of one slice of a large table read slice by slice (:meth:`SqliteExport.read_slices`): about 40 MB of
+# kernel columns, in Arrow and then numpy, per slice in flight.
+SLICE_ROWS = 1 << 19
 
 
 class SqliteExport:
@@ -123,6 +126,52 @@ class SqliteExport:
         for name in columns:
             out[name] = frame[name] if name in frame else np.full(len(frame), np.nan)
         return out
+
+    def read_slices(self, table: str, columns: Mapping[str, str], rows: int | None = None) -> Iterator[Table]:
+        """``table`` as :meth:`read` gives it, in rowid slices of about ``rows`` rows, in file order: the
+        caller holds one slice at a time, never the whole table (perfdoctor.load.pieces routes each slice
+        to its process). Up to ``cores.PER_TASK`` slices are read at once, on threads (connectorx releases
+        the GIL); a small table is one slice. Each slice's NULL-placeholder columns are all NaN, as in
+        :meth:`read`."""
+        present = _present(columns)
+        rowids = self._rowids(table) if table in self.tables and present else None
+        if rowids is None:
+            frame = self.read(table, columns)
+            if len(frame):
+                yield frame
+            return
+        from concurrent.futures import ThreadPoolExecutor
+
+        import connectorx  # noqa: F401  # imported here, once, not by two slice threads at the same time
+
+        select = ", ".join(f"{expr} AS {name}" for name, expr in present.items())
+        sql = f"SELECT {select} FROM [{table}]"
+        low, high = rowids
+        bounds = list(range(low, high + 1, max(rows or SLICE_ROWS, 1))) + [high + 1]
+        queries = [f"{sql} WHERE rowid >= {a} AND rowid < {b}" for a, b in zip(bounds[:-1], bounds[1:])]
+        queries[-1] = f"{sql} WHERE rowid >= {bounds[-2]}"  # the last slice takes any later rows
+        ahead = max(1, cores.PER_TASK)
+        with ThreadPoolExecutor(max_workers=ahead, thread_name_prefix="perfdoctor-read") as pool:
+            pending = [pool.submit(self._arrow, q) for q in queries[:ahead]]
+            for i in range(len(queries)):
+                try:
+                    _, batches = pending.pop(0).result()
+                except BaseException:
+                    for f in pending:  # slices read ahead are released before the error is raised
+                        if f.exception() is None:
+                            arrow_c.release(f.result()[1])
+                    raise
+                if i + ahead < len(queries):
+                    pending.append(pool.submit(self._arrow, queries[i + ahead]))
+                try:
+                    part = arrow_c.columns(batches, list(present))
+                except ValueError as exc:
+                    raise InputError(f"{self.path}: {exc}") from None
+                if not part or not len(next(iter(part.values()))):
+                    continue
+                n = len(next(iter(part.values())))
+                yield Table({name: part[name] if name in part else np.full(n, np.nan) for name in columns},
+                            rows=n)
 
     def _rowids(self, table: str) -> tuple[int, int] | None:
         """The first and last rowid of a large table, to slice it by; ``None`` for a small one (at most

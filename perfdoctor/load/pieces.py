@@ -1,0 +1,144 @@
+"""The rows of an export's large tables, routed per process while they are read, so that one process's
+rows are in memory at a time (DESIGN §1 "Execution": memory bounded per piece of a file).
+
+A per-node nsys export holds the kernels and CUDA calls of every GPU's process in one table each, rows of
+all processes interleaved. Read whole, the file's tables are held while its first timeline is analysed;
+routed, each slice of a table (:meth:`perfdoctor.load.sqlite_export.SqliteExport.read_slices`) is split
+by process as it arrives, and a process's rows are put together only when its timeline is analysed.
+
+Rows stay in memory while they are few (:data:`SPILL_ABOVE`) or belong to one process (a per-rank export:
+nothing to route, and reading it costs what reading it whole did). Past that, every process's rows go to
+an unnamed temporary file of its own (``tempfile.TemporaryFile`` in ``$TMPDIR``: unlinked at once, so the
+space returns to the system when it is closed or the process ends, even on Ctrl-C); a process's file is
+read back, and closed, when its timelines are built. Nothing is ever written beside the input.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass, field
+from typing import BinaryIO
+
+import numpy as np
+
+from perfdoctor.table import Table
+
+# In-memory rows of a file with several processes, summed over its tables, before they go to temporary
+# files: a few slices' worth. Below it (any sample, most per-node captures of a few steps) nothing is
+# written; above it, memory holds one slice in flight plus one process's rows.
+SPILL_ABOVE = 256 << 20
+
+
+@dataclass
+class _Rows:
+    """One table's rows of one process: chunks in memory, or their places in a temporary file."""
+
+    chunks: list[dict[str, np.ndarray]] = field(default_factory=list)
+    file: BinaryIO | None = None
+    spilled: list[tuple[int, dict[str, tuple[np.dtype, int, int]]]] = field(default_factory=list)
+    rows: int = 0
+
+    def nbytes(self) -> int:
+        return sum(a.nbytes for chunk in self.chunks for a in chunk.values())
+
+    def spill(self) -> None:
+        """Move the chunks in memory to this table's temporary file."""
+        if self.file is None:
+            self.file = tempfile.TemporaryFile(prefix="perfdoctor-rows-")
+        for chunk in self.chunks:
+            places = {}
+            for name, values in chunk.items():
+                values = np.ascontiguousarray(values)
+                places[name] = (values.dtype, self.file.tell(), values.size)
+                self.file.write(memoryview(values).cast("B"))
+            self.spilled.append((len(next(iter(chunk.values()))), places))
+        self.chunks = []
+
+    def table(self, columns: list[str]) -> Table:
+        """All rows, in the order they were added, one column at a time (each column's chunks let go as
+        it is joined)."""
+        out = {}
+        for name in columns:
+            dtypes = {place[name][0] for _, place in self.spilled} | {chunk[name].dtype for chunk in self.chunks}
+            column = np.empty(self.rows, dtype=np.result_type(*dtypes) if dtypes else np.int64)
+            at = 0
+            for n, place in self.spilled:  # spilled chunks come before those still in memory
+                dtype, offset, size = place[name]
+                self.file.seek(offset)
+                part = np.empty(size, dtype=dtype)
+                self.file.readinto(memoryview(part).cast("B"))
+                column[at:at + n] = part
+                at += n
+            for chunk in self.chunks:
+                values = chunk.pop(name)
+                column[at:at + values.size] = values
+                at += values.size
+            out[name] = column
+        self.close()
+        return Table(out, rows=self.rows)
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
+        self.file, self.chunks, self.spilled = None, [], []
+
+
+class Pieces:
+    """The large tables of one export, split by process as their slices arrive (:meth:`add`); a process's
+    rows of a table are taken once (:meth:`take`)."""
+
+    def __init__(self, spill_above: int | None = None) -> None:
+        self._rows: dict[tuple[str, int], _Rows] = {}
+        self._columns: dict[str, list[str]] = {}
+        self._held = 0
+        self._spill_above = SPILL_ABOVE if spill_above is None else spill_above
+        self._spilling = False
+        self._processes: set[int] = set()
+        self.counts: dict[str, int] = {}
+        self.pairs: set[tuple[int, int]] = set()  # (process, device) of the rows of tables with a device
+
+    def add(self, table: str, key: np.ndarray, rows: Table) -> None:
+        """Route a slice of ``table``: each row to the process ``key`` names (its globalPid)."""
+        self._columns.setdefault(table, rows.columns)
+        self.counts[table] = self.counts.get(table, 0) + len(rows)
+        if not len(rows):
+            return
+        if key.min() == key.max():  # a per-rank export, or a slice of one process's buffer
+            parts = [(int(key[0]), rows)]
+        else:
+            parts = [(int(k), rows.take(key == k)) for k in np.unique(key)]
+        for process, part in parts:
+            self._processes.add(process)
+            held = self._rows.setdefault((table, process), _Rows())
+            held.chunks.append({name: part[name] for name in part.columns})
+            held.rows += len(part)
+            if "device_id" in part:
+                device = part["device_id"]
+                devices = device[:1] if device.min() == device.max() else np.unique(device)
+                self.pairs.update((process, int(d)) for d in devices)
+            self._held += part.nbytes
+            if self._spilling:
+                held.spill()
+        if not self._spilling and self._held > self._spill_above and len(self._processes) > 1:
+            self._spilling = True
+            for held in self._rows.values():
+                held.spill()
+
+    def shape(self, table: str) -> Table:
+        """``table`` without rows: its columns, as :meth:`take` gives them."""
+        return Table({name: np.zeros(0, dtype=np.int64) for name in self._columns[table]}, rows=0)
+
+    def keep(self, processes: set[int]) -> None:
+        """Let go of the rows of every other process (no timeline will take them)."""
+        for key in [key for key in self._rows if key[1] not in processes]:
+            self._rows.pop(key).close()
+
+    def take(self, table: str, process: int) -> Table | None:
+        """The process's rows of ``table`` in file order (then forgotten); None when it has none."""
+        held = self._rows.pop((table, process), None)
+        return None if held is None else held.table(self._columns[table])
+
+    @property
+    def spilled(self) -> bool:
+        """Whether rows went to temporary files (the export has several processes and many rows)."""
+        return self._spilling

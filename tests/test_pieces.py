@@ -1,0 +1,115 @@
+"""A file read in pieces (perfdoctor.load.pieces): each process's rows routed while the tables are read in
+slices, kept in memory or in unnamed temporary files, put together when its timeline is analysed. Whatever
+the route, the timelines and the report are those of the file read whole."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from perfdoctor import api
+from perfdoctor.load import pieces, sqlite_export
+from perfdoctor.load.nsys import load_export
+from perfdoctor.load.pieces import Pieces
+from perfdoctor.render.json import report_dict
+from perfdoctor.table import Table
+from tests.paths import REAL_H100, SAMPLES
+
+MANY_PROCESSES = [SAMPLES / "per_node" / "per_node.node0.sqlite", REAL_H100]
+TABLES = ("kernels", "memcpy", "memset", "sync", "api", "nvtx")
+
+
+@pytest.fixture
+def small_slices(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every table read through connectorx in slices of 300 rows, and every process's rows spilled."""
+    monkeypatch.setattr(sqlite_export, "SMALL_TABLE_ROWS", 100)
+    monkeypatch.setattr(sqlite_export, "SLICE_ROWS", 300)
+    monkeypatch.setattr(pieces, "SPILL_ABOVE", 0)
+
+
+def _tables(path):
+    info, timelines = load_export(path, detail=False)
+    return info, {(tl.global_pid, tl.device_id): {name: getattr(tl, name) for name in TABLES} for tl in timelines}
+
+
+@pytest.mark.parametrize("path", MANY_PROCESSES, ids=lambda p: p.name)
+def test_timelines_read_in_spilled_slices_equal_those_read_whole(path, monkeypatch, small_slices, tmp_path):
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", None)  # TMPDIR is read again
+    sliced_info, sliced = _tables(path)
+    assert not list(tmp_path.iterdir())  # unnamed files: nothing left in TMPDIR, nothing beside the input
+    monkeypatch.undo()
+    whole_info, whole = _tables(path)
+    assert sliced.keys() == whole.keys() and len(whole) > 1
+    assert sliced_info.counts == whole_info.counts
+    for key, tables in whole.items():
+        for name, table in tables.items():
+            assert sliced[key][name].equals(table), (key, name)
+            assert sliced[key][name].columns == table.columns
+
+
+@pytest.mark.parametrize("path", MANY_PROCESSES, ids=lambda p: p.name)
+def test_report_of_a_file_read_in_pieces_is_the_same(path, small_slices):
+    pieced = json.dumps(report_dict(api.analyze([path], timeline_excerpts=False)), sort_keys=True)
+    pieces.SPILL_ABOVE = 1 << 40  # the fixture's monkeypatch restores it
+    sqlite_export.SMALL_TABLE_ROWS = 1 << 40
+    whole = json.dumps(report_dict(api.analyze([path], timeline_excerpts=False)), sort_keys=True)
+    assert pieced == whole
+
+
+def test_lazy_timelines_hold_no_rows_until_filled(small_slices):
+    """What makes memory bounded per piece: a lazily loaded file's timelines are empty, the rows wait in
+    temporary files, and filling one timeline reads only its process's rows."""
+    _, timelines = load_export(SAMPLES / "per_node" / "per_node.node0.sqlite", detail=False, lazy=True)
+    assert len({tl.global_pid for tl in timelines}) == 4
+    assert all(len(tl.kernels) == 0 and len(tl.api) == 0 for tl in timelines)
+    filler = timelines[0].pending
+    assert filler.pieces.spilled
+    first = timelines[0].filled()
+    assert len(first.kernels) > 0 and len(first.api) > 0
+    left = {gpid for _, gpid in filler.pieces._rows}
+    assert first.global_pid not in left and left == {tl.global_pid for tl in timelines[1:]}
+    assert not any(held.chunks for held in filler.pieces._rows.values())  # all on disk, none in memory
+
+
+def test_rows_stay_in_memory_for_one_process_however_many():
+    """A per-rank export (one process) is never written out: routing it costs what reading it whole did."""
+    routed = Pieces(spill_above=0)
+    rows = Table({"global_pid": np.full(10, 7 << 24), "device_id": np.zeros(10, dtype=np.int64),
+                  "start": np.arange(10)})
+    for _ in range(3):
+        routed.add("kernels", rows["global_pid"], rows)
+    assert not routed.spilled and routed.pairs == {(7 << 24, 0)}
+    assert routed.take("kernels", 7 << 24)["start"].tolist() == list(range(10)) * 3
+
+
+def test_rows_of_several_processes_keep_file_order_across_memory_and_disk():
+    routed = Pieces(spill_above=200)
+    key = np.array([1, 2, 1, 2, 1]) << 24
+    for i in range(4):
+        rows = Table({"global_pid": key, "device_id": np.array([0, 1, 0, 1, 0]),
+                      "start": np.arange(5) + 10 * i})
+        routed.add("kernels", key, rows)
+    assert routed.spilled
+    assert routed.take("kernels", 1 << 24)["start"].tolist() == [0, 2, 4, 10, 12, 14, 20, 22, 24, 30, 32, 34]
+    assert routed.take("kernels", 2 << 24)["start"].tolist() == [1, 3, 11, 13, 21, 23, 31, 33]
+    assert routed.take("kernels", 1 << 24) is None  # taken once
+    assert routed.pairs == {(1 << 24, 0), (2 << 24, 1)}
+
+
+def test_read_slices_gives_the_table_in_file_order(monkeypatch):
+    monkeypatch.setattr(sqlite_export, "SMALL_TABLE_ROWS", 100)
+    db = sqlite_export.SqliteExport(REAL_H100)
+    try:
+        whole = db.read("CUPTI_ACTIVITY_KIND_KERNEL", {"start": "start", "corr": "correlationId",
+                                                       "missing": "NULL"})
+        slices = list(db.read_slices("CUPTI_ACTIVITY_KIND_KERNEL", {"start": "start", "corr": "correlationId",
+                                                                    "missing": "NULL"}, rows=333))
+    finally:
+        db.close()
+    assert len(slices) == -(-len(whole) // 333) and max(len(s) for s in slices) == 333
+    assert Table.concat(slices).equals(whole)
