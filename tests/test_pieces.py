@@ -12,7 +12,7 @@ import pytest
 from perfdoctor import api
 from perfdoctor.load import pieces, sqlite_export
 from perfdoctor.load.nsys import load_export
-from perfdoctor.load.pieces import Pieces
+from perfdoctor.load.pieces import Pieces, _by_process
 from perfdoctor.render.json import report_dict
 from perfdoctor.table import Table
 from tests.paths import REAL_H100, SAMPLES
@@ -113,3 +113,18 @@ def test_read_slices_gives_the_table_in_file_order(monkeypatch):
         db.close()
     assert len(slices) == -(-len(whole) // 333) and max(len(s) for s in slices) == 333
     assert Table.concat(slices).equals(whole)
+
+
+@pytest.mark.parametrize("pattern", ["runs", "interleaved"])
+def test_a_slice_splits_by_process_in_file_order(pattern):
+    """Long runs of one process are cut into views; interleaved rows are reordered once, stably."""
+    rng = np.random.default_rng(3)
+    key = np.repeat([5, 9, 5, 7], 500) if pattern == "runs" else rng.choice([5, 7, 9], 2000)
+    rows = Table({"key": key, "row": np.arange(key.size)})
+    parts = _by_process(key, rows)
+    got: dict[int, list[int]] = {}
+    for process, part in parts:
+        assert (part["key"] == process).all()
+        got.setdefault(process, []).extend(part["row"].tolist())
+    assert got == {k: np.flatnonzero(key == k).tolist() for k in (5, 7, 9)}
+    assert len(parts) == (4 if pattern == "runs" else 3)

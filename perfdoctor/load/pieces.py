@@ -24,9 +24,9 @@ import numpy as np
 from perfdoctor.table import Table
 
 # In-memory rows of a file with several processes, summed over its tables, before they go to temporary
-# files: a few slices' worth. Below it (any sample, most per-node captures of a few steps) nothing is
-# written; above it, memory holds one slice in flight plus one process's rows.
-SPILL_ABOVE = 256 << 20
+# files: about two slices' worth. Below it (any sample, a per-node capture of a few steps) nothing is
+# written; above it, memory holds the slices in flight, then one process's rows.
+SPILL_ABOVE = 64 << 20
 
 
 @dataclass
@@ -37,9 +37,6 @@ class _Rows:
     file: BinaryIO | None = None
     spilled: list[tuple[int, dict[str, tuple[np.dtype, int, int]]]] = field(default_factory=list)
     rows: int = 0
-
-    def nbytes(self) -> int:
-        return sum(a.nbytes for chunk in self.chunks for a in chunk.values())
 
     def spill(self) -> None:
         """Move the chunks in memory to this table's temporary file."""
@@ -103,11 +100,7 @@ class Pieces:
         self.counts[table] = self.counts.get(table, 0) + len(rows)
         if not len(rows):
             return
-        if key.min() == key.max():  # a per-rank export, or a slice of one process's buffer
-            parts = [(int(key[0]), rows)]
-        else:
-            parts = [(int(k), rows.take(key == k)) for k in np.unique(key)]
-        for process, part in parts:
+        for process, part in _by_process(key, rows):
             self._processes.add(process)
             held = self._rows.setdefault((table, process), _Rows())
             held.chunks.append({name: part[name] for name in part.columns})
@@ -142,3 +135,23 @@ class Pieces:
     def spilled(self) -> bool:
         """Whether rows went to temporary files (the export has several processes and many rows)."""
         return self._spilling
+
+
+# A slice whose process changes fewer times than once per this many rows is split into its runs (views,
+# no copy): nsys writes each process's activity buffers whole, so rows come in long runs of one process.
+ROWS_PER_RUN = 64
+
+
+def _by_process(key: np.ndarray, rows: Table) -> list[tuple[int, Table]]:
+    """A slice's rows as (process, rows) parts in file order: whole for one process, its runs as views
+    when processes come in long runs, else one stable reordering by process."""
+    if key.min() == key.max():  # a per-rank export, or a slice of one process's buffer
+        return [(int(key[0]), rows)]
+    edges = np.flatnonzero(key[1:] != key[:-1]) + 1
+    if edges.size * ROWS_PER_RUN < key.size:
+        bounds = [0, *edges.tolist(), key.size]
+        return [(int(key[a]), rows.take(slice(a, b))) for a, b in zip(bounds[:-1], bounds[1:])]
+    order = np.argsort(key, kind="stable")
+    ordered, grouped = key[order], rows.take(order)
+    bounds = [0, *(np.flatnonzero(ordered[1:] != ordered[:-1]) + 1).tolist(), key.size]
+    return [(int(ordered[a]), grouped.take(slice(a, b))) for a, b in zip(bounds[:-1], bounds[1:])]
