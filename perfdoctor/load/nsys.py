@@ -300,7 +300,10 @@ def read_timelines(db: SqliteExport, info: TraceInfo, *, detail: bool = True) ->
     by_pid = {name: _group_by_pid(table, by_tid=name in ("nvtx", "nccl"))
               for name, table in (("sync", sync), ("nvtx", nvtx), ("nccl", nccl))}
     empty = {"sync": sync, "nvtx": nvtx, "nccl": nccl}
-    fill = _Filler(pieces, strings, replays, detail, [gpid for gpid, _ in keys])
+    fill = _Filler(pieces, strings, replays, detail, [gpid for gpid, _ in keys],
+                   {name: [c for c in wanted if c not in ("short_id", "demangled_id")]
+                    + (["short_name", "demangled_name"] if name == "kernels" else [])
+                    for name, (_, wanted, _) in big.items()})
     timelines = []
     for gpid, dev in keys:
         parts = {name: _part(by_pid[name].get(gpid, frame.take(slice(0, 0))), dev, gpid)
@@ -313,13 +316,21 @@ def read_timelines(db: SqliteExport, info: TraceInfo, *, detail: bool = True) ->
     return timelines
 
 
+# Routed columns held at 32 bits where their values fit (CUPTI's 32-bit fields and string ids): what waits
+# for its timeline is a third smaller. A row's globalPid is its process: not held at all.
+ROUTED_NARROW = {"kernels": (*NARROW_COLUMNS, "short_id", "demangled_id"), "api": ("correlation_id", "name_id")}
+
+
 def _route(db: SqliteExport, pieces: Pieces, name: str, table: str, wanted: dict[str, str], key: str) -> None:
     """Read a large table slice by slice, its integer columns checked and NULLs filled, each slice's rows
     routed to their process (a CUDA call's by its thread's globalTid)."""
+    narrow = ROUTED_NARROW.get(name, ())
     with _values_of(table):
         for raw in db.read_slices(table, _select(db, table, wanted)):
             rows = _integers(raw, list(wanted))
-            pieces.add(name, rows[key] & PID_MASK if key == "tid" else rows[key], rows)
+            process = rows[key] & PID_MASK if key == "tid" else rows[key]
+            kept = {c: _narrow(rows[c]) if c in narrow else rows[c] for c in rows.columns if c != "global_pid"}
+            pieces.add(name, process, Table(kept, rows=len(rows)))
 
 
 class _Filler:
@@ -329,10 +340,11 @@ class _Filler:
     last timeline (one per device it used) is filled."""
 
     def __init__(self, pieces: Pieces, strings: StringIds, replays: Table | None, detail: bool,
-                 gpids: list[int]) -> None:
+                 gpids: list[int], columns: dict[str, list[str]]) -> None:
         self.pieces, self.strings, self.detail = pieces, strings, detail
         self.replays = _group_by_pid(replays, by_tid=False) if replays is not None else {}
         self.left = {gpid: gpids.count(gpid) for gpid in gpids}
+        self.columns = columns
         self.built: dict[int, dict[str, Table]] = {}
         self.placeholders = {name: self._build(name, None).take(slice(0, 0))
                              for name in ("kernels", "memcpy", "memset", "api")}
@@ -359,6 +371,8 @@ class _Filler:
                 rows = self.pieces.shape(name)
             table = (_kernels(rows, self.strings) if name == "kernels" else
                      _api_calls(rows, self.strings) if name == "api" else rows)
+            if name != "api":  # the process's own id, as every row had it (the key it was routed by)
+                table = _with_process(table, gpid, self.columns[name])
         if name == "kernels":
             return with_replays(table, self.replays.get(gpid) if gpid is not None else
                                 (next(iter(self.replays.values())).take(slice(0, 0)) if self.replays else None))
@@ -509,7 +523,7 @@ def _narrow(column: np.ndarray) -> np.ndarray:
     info = np.iinfo(np.int32)
     if column.size and (column.min() < info.min or column.max() > info.max):
         return column
-    return column.astype(np.int32)
+    return column.astype(np.int32, copy=False)
 
 
 def _integers(raw: Table, columns: list[str]) -> Table:
@@ -558,6 +572,13 @@ def _kernel_columns(detail: bool) -> dict[str, str]:
 def _api_columns(detail: bool) -> dict[str, str]:
     return _without_detail({"start": "start", "end": "end", "tid": "globalTid", "correlation_id": "correlationId",
                             "name_id": "nameId", "event_class": "eventClass"}, "api", detail)
+
+
+def _with_process(rows: Table, gpid: int | None, columns: list[str]) -> Table:
+    """Routed rows with their ``global_pid`` column back in its place: one value repeated, held as a
+    read-only broadcast (:func:`_part`)."""
+    process = np.broadcast_to(np.int64(gpid if gpid is not None else 0), len(rows))
+    return Table({c: process if c == "global_pid" else rows[c] for c in columns}, rows=len(rows))
 
 
 def _no_kernels(detail: bool) -> Table:

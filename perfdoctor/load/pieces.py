@@ -21,6 +21,7 @@ from typing import BinaryIO
 
 import numpy as np
 
+from perfdoctor.heap import give_back_freed
 from perfdoctor.table import Table
 
 # In-memory rows of a file with several processes, summed over its tables, before they go to temporary
@@ -71,6 +72,7 @@ class _Rows:
                 column[at:at + values.size] = values
                 at += values.size
             out[name] = column
+            give_back_freed(column.nbytes)  # the chunks were heap memory that no later large array reuses
         self.close()
         return Table(out, rows=self.rows)
 
