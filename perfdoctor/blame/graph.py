@@ -75,24 +75,31 @@ class Edges:
 
 
 def device_ops(tl: Timeline, kcls: Table, ccls: Table, groups: GroupLabels) -> Ops:
-    """Kernels, copies and fills of ``tl`` with their cause and launch call."""
+    """Kernels, copies and fills of ``tl`` with their cause and launch call. A timeline of kernels only (the
+    loader keeps them in start order) shares its kernel columns: no copy, no sort."""
     k, c, f = tl.kernels, tl.memcpy, tl.memset
     k_cause = _kernel_causes(kcls, groups)
+    k_launch, _, k_tid = launch_calls(k, tl.api) if len(k) else (np.zeros(0, np.int64),) * 3
+    if not len(c) and not len(f):
+        n = len(k)
+        cols = [k.col(name) if n else np.zeros(0, np.int64) for name in ("start", "end", "stream")]
+        return Ops(*cols, k_cause, np.arange(n), k_launch, k_tid)
     c_cause = np.full(len(c), CODE["copy"], dtype=np.int16)
     if len(c):
         c_cause[ccls["category"].mask("comm")] = CODE["transfer.other"]  # peer copies move data between GPUs
     parts = [(t, cause, np.arange(len(t)) if t is k else np.full(len(t), NONE)) for t, cause in
              ((k, k_cause), (c, c_cause), (f, np.full(len(f), CODE["compute.other"], dtype=np.int16)))]
-    cols = {name: np.concatenate([t.col(name) if len(t) else np.zeros(0, np.int64) for t, _, _ in parts])
-            for name in ("start", "end", "stream")}
-    calls = [launch_calls(t, tl.api) if len(t) else (np.zeros(0, np.int64),) * 3 for t, _, _ in parts]
-    launch = np.concatenate([call[0] for call in calls])
-    tid = np.concatenate([call[2] for call in calls])
-    cause = np.concatenate([cause for _, cause, _ in parts])
-    kernel = np.concatenate([rows for _, _, rows in parts])
-    order = np.argsort(cols["start"], kind="stable")
-    return Ops(cols["start"][order], cols["end"][order], cols["stream"][order], cause[order], kernel[order],
-               launch[order], tid[order])
+    order = np.argsort(np.concatenate([t.col("start") if len(t) else np.zeros(0, np.int64) for t, _, _ in parts]),
+                       kind="stable")
+    cols = [np.concatenate([t.col(name) if len(t) else np.zeros(0, np.int64) for t, _, _ in parts])[order]
+            for name in ("start", "end", "stream")]
+    calls = [(k_launch, None, k_tid)] + [launch_calls(t, tl.api) if len(t) else (np.zeros(0, np.int64),) * 3
+                                         for t, _, _ in parts[1:]]
+    launch = np.concatenate([call[0] for call in calls])[order]
+    tid = np.concatenate([call[2] for call in calls])[order]
+    cause = np.concatenate([cause for _, cause, _ in parts])[order]
+    kernel = np.concatenate([rows for _, _, rows in parts])[order]
+    return Ops(*cols, cause, kernel, launch, tid)
 
 
 def _kernel_causes(kcls: Table, groups: GroupLabels) -> np.ndarray:
@@ -114,47 +121,69 @@ def _kernel_causes(kcls: Table, groups: GroupLabels) -> np.ndarray:
 
 
 def edges(ops: Ops, sync: Table) -> Edges:
-    """Every op's launch, stream and (inferred) event edges, and its binding edge."""
+    """Every op's launch, stream and (inferred) event edges, and its binding edge. Op indices are int32 (a
+    timeline holds fewer than 2**31 ops); each temporary is dropped once used: at 10M ops the graph is the
+    rank's largest structure."""
     n = len(ops)
-    idx = np.arange(n)
-    # Stream predecessors: ops grouped by stream in start order.
-    by_stream = np.lexsort((idx, ops.stream))
-    same = np.zeros(n, dtype=bool)
-    same[1:] = ops.stream[by_stream[1:]] == ops.stream[by_stream[:-1]]
-    prev = np.full(n, NONE)
-    prev[by_stream[1:][same[1:]]] = by_stream[:-1][same[1:]]
-    # Event candidates: the op of another stream that ended last at or before this op's start.
+    index = np.int32 if n < np.iinfo(np.int32).max else np.int64
+    # Stream predecessors: ops grouped by stream in start order (a stable sort keeps start order within one).
+    by_stream = np.argsort(_small(ops.stream), kind="stable")
+    same = ops.stream[by_stream[1:]] == ops.stream[by_stream[:-1]]
+    prev = np.full(n, NONE, dtype=index)
+    prev[by_stream[1:][same]] = by_stream[:-1][same]
+    del by_stream, same
+    # Event candidates: the op of another stream that ended last at or before this op's start (stepping over
+    # at most two ops of its own stream: their end is the stream edge already).
     by_end = np.argsort(ops.end, kind="stable")
-    ends = ops.end[by_end]
-    other = np.full(n, NONE)
-    j = np.searchsorted(ends, ops.start, side="right") - 1
-    for _ in range(3):  # step over ops of the same stream (their end is the stream edge already)
-        ok = (j >= 0) & (other == NONE)
-        cand = np.where(ok, by_end[np.maximum(j, 0)], NONE)
-        hit = ok & (ops.stream[np.maximum(cand, 0)] != ops.stream)
-        other[hit] = cand[hit]
-        j = np.where(ok & ~hit, j - 1, -1)
-    s_ready = np.where(prev >= 0, ops.end[np.maximum(prev, 0)], np.iinfo(np.int64).min)
-    e_ready = np.where(other >= 0, ops.end[np.maximum(other, 0)], np.iinfo(np.int64).min)
-    l_ready = np.where(ops.launch >= 0, ops.launch, np.iinfo(np.int64).min)
-    event = (other >= 0) & (ops.start - e_ready <= EVENT_EPS_NS) & (e_ready > s_ready) & (e_ready > l_ready)
+    j = np.searchsorted(ops.end[by_end], ops.start, side="right") - 1
+    other = np.full(n, NONE, dtype=index)
+    looking = np.flatnonzero(j >= 0)
+    for _ in range(3):
+        cand = by_end[j[looking]]
+        hit = ops.stream[cand] != ops.stream[looking]
+        other[looking[hit]] = cand[hit]
+        looking = looking[~hit]
+        j[looking] -= 1
+        looking = looking[j[looking] >= 0]
+    del by_end, j, looking
+    lowest = np.iinfo(np.int64).min
+    has_prev, has_other, has_launch = prev >= 0, other >= 0, ops.launch >= 0
+    s_ready = np.where(has_prev, ops.end[np.maximum(prev, 0)], lowest)
+    e_ready = np.where(has_other, ops.end[np.maximum(other, 0)], lowest)
+    l_ready = np.where(has_launch, ops.launch, lowest)
+    event = has_other & (ops.start - e_ready <= EVENT_EPS_NS) & (e_ready > s_ready) & (e_ready > l_ready)
     recorded = _recorded_waits(ops, prev, sync)
-    has = (ops.launch >= 0, prev >= 0, event)  # per kind (LAUNCH, STREAM, EVENT): which ops have the edge
+    has = (has_launch, has_prev, event)  # per kind (LAUNCH, STREAM, EVENT): which ops have the edge
     # Binding edge per op: the latest ready; on a tie the device edge (the later kind) wins. The event
     # edge exists only where it is later than the others.
-    bind_kind = np.where(event, EVENT, np.where(has[1] & (s_ready >= l_ready), STREAM,
-                                                np.where(has[0], LAUNCH, NONE)))
-    # Edge columns: the kept edges of each kind in turn, ops in order within a kind.
-    keep = np.concatenate(has)
-    position = np.cumsum(keep) - 1
-    bind = np.where(bind_kind >= 0, position[np.maximum(bind_kind, 0) * n + idx], NONE)
-    kind = np.repeat(np.array([LAUNCH, STREAM, EVENT], dtype=np.int8), [int(h.sum()) for h in has])
-    src = np.concatenate([np.full(int(has[0].sum()), NONE), prev[has[1]], other[has[2]]])
-    dst = np.concatenate([idx[h] for h in has])
-    ready = np.concatenate([l_ready[has[0]], s_ready[has[1]], e_ready[has[2]]])
-    inferred = np.concatenate([np.zeros(int(has[0].sum() + has[1].sum()), dtype=bool), ~recorded[has[2]]])
+    bind_kind = np.full(n, NONE, dtype=np.int8)
+    bind_kind[has_launch] = LAUNCH
+    bind_kind[has_prev & (s_ready >= l_ready)] = STREAM
+    bind_kind[event] = EVENT
+    # Edge columns: the kept edges of each kind in turn, ops in order within a kind; an op's binding edge is
+    # its kind's offset plus how many ops before it have an edge of that kind.
+    counts = [int(h.sum()) for h in has]
+    bind = np.full(n, NONE, dtype=index)
+    for kind_code, h in enumerate(has):
+        rows = np.flatnonzero(bind_kind == kind_code)
+        bind[rows] = sum(counts[:kind_code]) + np.cumsum(h, dtype=index)[rows] - 1
+    del bind_kind
+    kind = np.repeat(np.array([LAUNCH, STREAM, EVENT], dtype=np.int8), counts)
+    src = np.concatenate([np.full(counts[0], NONE, dtype=index), prev[has_prev], other[event]])
+    dst = np.concatenate([np.flatnonzero(h).astype(index) for h in has])
+    ready = np.concatenate([l_ready[has_launch], s_ready[has_prev], e_ready[event]])
+    del s_ready, e_ready, l_ready
+    inferred = np.concatenate([np.zeros(counts[0] + counts[1], dtype=bool), ~recorded[event]])
     return Edges(src, dst, kind, inferred, ready, bind, prev, np.where(event, other, NONE),
-                 np.where(recorded & ~event & (other >= 0), other, NONE))
+                 np.where(recorded & ~event & has_other, other, NONE))
+
+
+def _small(values: np.ndarray) -> np.ndarray:
+    """Stream ids as int16 where they fit (CUDA's are small): numpy's stable sort of 16-bit keys is a
+    radix sort, linear in the ops."""
+    if values.size and values.min() >= np.iinfo(np.int16).min and values.max() <= np.iinfo(np.int16).max:
+        return values.astype(np.int16)
+    return values
 
 
 def _recorded_waits(ops: Ops, prev: np.ndarray, sync: Table) -> np.ndarray:

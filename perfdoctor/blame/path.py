@@ -110,7 +110,7 @@ class RankPath:
 class _Walker:
     """The per-rank state of the walk: the graph as plain lists, the host's blocking calls per thread."""
 
-    def __init__(self, tl: Timeline, ops: Ops, edges: Edges) -> None:
+    def __init__(self, tl: Timeline, ops: Ops, edges: Edges, steps: Steps) -> None:
         # numpy columns, read an element at a time only where the walk leaves a device chain (few per step)
         self.start, self.end, self.cause, self.tid = ops.start, ops.end, ops.cause, ops.tid
         self.bind, self.kind, self.src = edges.bind, edges.kind, edges.src
@@ -124,12 +124,17 @@ class _Walker:
         self.main_tid = int(values[np.argmax(counts)]) if values.size else -1
         self.tail_tid = self.main_tid  # the thread that ended the last step walked
         self.after_sync = 0  # ns of host work after blocking calls on the step's path (blame/focus.py)
-        self._chains(ops, edges)
+        self._chains(ops, edges, steps)
 
-    def _chains(self, ops: Ops, edges: Edges) -> None:
+    def _chains(self, ops: Ops, edges: Edges, steps: Steps) -> None:
         """Device chains: per op the op its binding device edge leads to when the op started within
         START_LATENCY_NS of it (``link``, else NONE), and binary-lifting tables over those links, so a run
-        of device-bound ops is walked with numpy instead of op by op."""
+        of device-bound ops is walked with numpy instead of op by op.
+
+        A walk never follows a chain past its step's start, so the lifting tables stop each chain at its
+        op's step start (:func:`_step_floor`): their depth is the log of the longest chain in one step, not
+        in the whole capture (14 tables instead of 24 for a 10M-op chain of 1,000 steps: 40 MB each). The
+        one op beyond that a walk takes (the op at or before the step's start) is ``link``'s."""
         n = len(ops)
         b = np.maximum(edges.bind, 0)
         has = (edges.bind >= 0) if n else np.zeros(0, dtype=bool)
@@ -143,11 +148,13 @@ class _Walker:
         self.link_inferred = (edges.inferred[b] & link) if n else np.zeros(0, dtype=bool)
         self.starts = ops.start
         self.causes = ops.cause
-        up = np.where(self.link >= 0, self.link, np.arange(n)).astype(np.int32 if n < 2**31 else np.int64)
+        within = (self.link >= 0) & (ops.start[np.maximum(self.link, 0)] > _step_floor(ops.start, steps))
+        up = np.where(within, self.link, np.arange(n)).astype(np.int32 if n < 2**31 else np.int64)
+        del within
         self.lift = [up]
         while len(self.lift) < 64 and not np.array_equal(self.lift[-1][self.lift[-1]], self.lift[-1]):
             self.lift.append(self.lift[-1][self.lift[-1]])
-        self.depth = (self.link >= 0).astype(np.int64)  # links from each op to the end of its chain
+        self.depth = (up != np.arange(n)).astype(np.int64)  # links from each op to the end of its chain
         for table in self.lift:
             self.depth = self.depth + self.depth[table]
 
@@ -159,7 +166,7 @@ class _Walker:
             cand = int(self.lift[j][cur])
             if cand != cur and self.starts[cand] > lo:
                 cur = cand
-        k = int(self.depth[n] - self.depth[cur]) + (1 if self.link[cur] >= 0 else 0)  # and the op at/before lo
+        k = int(self.depth[n] - self.depth[cur])  # links from n to cur, all within the lifting tables
         ks = np.arange(k + 1)
         chain = np.full(k + 1, n, dtype=np.int64)
         for j, table in enumerate(self.lift):
@@ -167,6 +174,8 @@ class _Walker:
                 break
             step = ((ks >> j) & 1).astype(bool)
             chain[step] = table[chain[step]]
+        if self.link[cur] >= 0:  # and the op at/before lo
+            chain = np.append(chain, int(self.link[cur]))
         start = self.starts[chain]
         ready = self.link_ready[chain]  # the end of the next op, as far as this one could see it
         op_end = np.concatenate(([t], ready[:-1]))
@@ -302,6 +311,16 @@ class _Walker:
             t -= ns
 
 
+def _step_floor(start: np.ndarray, steps: Steps) -> np.ndarray:
+    """Per op, the start of the step it starts in: no walk goes back past it. Steps that overlap or are out
+    of order give no floor (the chains are not cut)."""
+    lows = steps.starts
+    if not lows.size or np.any(lows[1:] < steps.ends[:-1]):
+        return np.full(start.size, np.iinfo(np.int64).min)
+    at = np.searchsorted(lows, start, side="left") - 1  # the last step that started before the op
+    return np.where(at >= 0, lows[np.maximum(at, 0)], np.iinfo(np.int64).min)
+
+
 def _blocking(tl: Timeline) -> dict[int, iv.Intervals]:
     """Per thread, the merged intervals of its blocking CUDA calls."""
     api = tl.api
@@ -317,7 +336,7 @@ def rank_path(tl: Timeline, ops: Ops, edges: Edges, steps: Steps, instances: np.
     """Every step of one rank walked back (see the module docstring). ``instances``: the kernel rows of the
     rank's collective instances in order (perfdoctor.measure.collectives), so the join can find the peers'
     arrivals of each comm segment; ``marks``: the ops the focus metrics weigh (perfdoctor.blame.focus)."""
-    walker = _Walker(tl, ops, edges)
+    walker = _Walker(tl, ops, edges, steps)
     marks = marks if marks is not None else Marks.empty(len(ops))
     n = len(steps)
     by_cause = np.zeros((n, len(CAUSES)))
