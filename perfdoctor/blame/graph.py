@@ -72,6 +72,7 @@ class Edges:
     # before it, the wait's likely source (−1: none). Not an edge of the path (it did not bind); the replay
     # keeps it, so an op does not run ahead of data it needed once what delayed it more is removed.
     wait_src: np.ndarray
+    by_end: np.ndarray  # the ops in order of their end (stable): the walk finds the op that ended last before a time
 
 
 def device_ops(tl: Timeline, kcls: Table, ccls: Table, groups: GroupLabels) -> Ops:
@@ -145,7 +146,7 @@ def edges(ops: Ops, sync: Table) -> Edges:
         looking = looking[~hit]
         j[looking] -= 1
         looking = looking[j[looking] >= 0]
-    del by_end, j, looking
+    del j, looking
     lowest = np.iinfo(np.int64).min
     has_prev, has_other, has_launch = prev >= 0, other >= 0, ops.launch >= 0
     s_ready = np.where(has_prev, ops.end[np.maximum(prev, 0)], lowest)
@@ -175,7 +176,7 @@ def edges(ops: Ops, sync: Table) -> Edges:
     del s_ready, e_ready, l_ready
     inferred = np.concatenate([np.zeros(counts[0] + counts[1], dtype=bool), ~recorded[event]])
     return Edges(src, dst, kind, inferred, ready, bind, prev, np.where(event, other, NONE),
-                 np.where(recorded & ~event & has_other, other, NONE))
+                 np.where(recorded & ~event & has_other, other, NONE), by_end)
 
 
 def _small(values: np.ndarray) -> np.ndarray:

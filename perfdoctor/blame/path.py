@@ -115,7 +115,7 @@ class _Walker:
         self.start, self.end, self.cause, self.tid = ops.start, ops.end, ops.cause, ops.tid
         self.bind, self.kind, self.src = edges.bind, edges.kind, edges.src
         self.ready, self.inferred = edges.ready, edges.inferred
-        self.by_end = np.argsort(ops.end, kind="stable")
+        self.by_end = edges.by_end
         self.ends = ops.end[self.by_end]
         self.host = HostRanges(tl)
         self.blocking = _blocking(tl)

@@ -1,0 +1,61 @@
+"""The critical path's lifting tables stop each device chain at its op's step start (blame/path.py): a walk
+never goes further back, so the paths are those of chains lifted across the whole capture, in a fraction
+of the tables."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from perfdoctor.blame import path
+from perfdoctor.blame.focus import marks
+from perfdoctor.blame.graph import device_ops, edges
+from perfdoctor.classify.groups import label_groups
+from perfdoctor.classify.timeline import copy_classes, kernel_classes
+from perfdoctor.load.run import load_trace
+from perfdoctor.measure.breakdown import activity_window
+from perfdoctor.measure.steps import Steps, find_steps
+from tests.paths import REAL_H100, SAMPLES
+
+TRACES = [SAMPLES / "clean_baseline" / "clean_baseline.rank0.sqlite",
+          SAMPLES / "host_bound" / "host_bound.rank0.sqlite", SAMPLES / "pp_1f1b" / "pp_1f1b.rank2.sqlite", REAL_H100]
+
+
+def _paths(tl, steps: Steps) -> tuple[path.RankPath, path._Walker]:
+    kcls, ccls = kernel_classes(tl.kernels), copy_classes(tl.memcpy)
+    groups = label_groups(tl, kcls, {})
+    ops = device_ops(tl, kcls, ccls, groups)
+    graph = edges(ops, tl.sync)
+    found = path.rank_path(tl, ops, graph, steps, np.flatnonzero(groups.codes >= 0), marks(tl, kcls, steps, ops))
+    return found, path._Walker(tl, ops, graph, steps)
+
+
+def _same(a: path.RankPath, b: path.RankPath) -> None:
+    assert np.array_equal(a.by_cause, b.by_cause) and np.array_equal(a.residual, b.residual)
+    assert a.path == b.path and a.saving == b.saving and a.focus_saving == b.focus_saving
+    for name in ("comm_step", "comm_instance", "comm_start", "comm_end", "comm_cause", "focus"):
+        assert np.array_equal(getattr(a, name), getattr(b, name)), name
+
+
+@pytest.mark.parametrize("trace", TRACES, ids=lambda p: p.name)
+def test_chains_stopped_at_step_starts_walk_the_same_paths(trace, monkeypatch):
+    _, timelines = load_trace(trace, detail=False)
+    tl = next(t for t in timelines if t.device_id is not None and len(t.kernels))
+    kcls = kernel_classes(tl.kernels)
+    steps = find_steps(tl, activity_window(tl), kcls)
+    # Shorter steps than the trace's own: more chains cross a step start.
+    cuts = np.linspace(steps.starts[0], steps.ends[-1], 4 * len(steps) + 1).astype(np.int64)
+    for s in (steps, Steps(cuts[:-1], cuts[1:], "window")):
+        cut, cut_walker = _paths(tl, s)
+        with monkeypatch.context() as m:
+            m.setattr(path, "_step_floor", lambda start, steps: np.full(start.size, np.iinfo(np.int64).min))
+            whole, whole_walker = _paths(tl, s)
+        _same(cut, whole)
+        assert len(cut_walker.lift) <= len(whole_walker.lift)
+
+
+def test_overlapping_steps_leave_chains_whole():
+    start = np.array([5, 15, 25], dtype=np.int64)
+    floor = path._step_floor(start, Steps(np.array([0, 10]), np.array([20, 30]), "window"))
+    assert (floor == np.iinfo(np.int64).min).all()
+    assert path._step_floor(start, Steps(np.array([0, 10]), np.array([10, 30]), "window")).tolist() == [0, 10, 10]
