@@ -127,6 +127,8 @@ class HostRanges:
 
 
 def _by_thread(start: np.ndarray, end: np.ndarray, tid: np.ndarray) -> dict[int, iv.Intervals]:
+    if tid.size and tid.min() == tid.max():  # one thread (most processes launch from one): no sort, no copy
+        return {int(tid[0]): iv.union(start, end)}
     out = {}
     for thread in np.unique(tid).tolist():
         sel = tid == thread

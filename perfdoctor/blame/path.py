@@ -149,24 +149,26 @@ class _Walker:
         self.starts = ops.start
         self.causes = ops.cause
         within = (self.link >= 0) & (ops.start[np.maximum(self.link, 0)] > _step_floor(ops.start, steps))
-        up = np.where(within, self.link, np.arange(n)).astype(np.int32 if n < 2**31 else np.int64)
+        # The last op of a chain links to a sentinel (index n, linking to itself): a jump past a chain's end
+        # lands there and is refused, so every jump taken is exactly 2**j links and no depth table is needed.
+        self.sentinel = n
+        up = np.append(np.where(within, self.link, n), n).astype(np.int32 if n < 2**31 - 1 else np.int64)
         del within
         self.lift = [up]
-        while len(self.lift) < 64 and not np.array_equal(self.lift[-1][self.lift[-1]], self.lift[-1]):
-            self.lift.append(self.lift[-1][self.lift[-1]])
-        self.depth = (up != np.arange(n)).astype(np.int64)  # links from each op to the end of its chain
-        for table in self.lift:
-            self.depth = self.depth + self.depth[table]
+        while len(self.lift) < 64:
+            further = self.lift[-1][self.lift[-1]]
+            if np.array_equal(further, self.lift[-1]):
+                break
+            self.lift.append(further)
 
     def _chain(self, seg: Segments, n: int, t: int, lo: int) -> tuple[int, int]:
         """Blame the device chain from op ``n`` (its time up to ``t``) back along its links to the first
         op with no link or that started at or before ``lo``; returns that op and the end of its segment."""
-        cur = n
+        cur, k = n, 0  # k: links from n to cur, all within the lifting tables
         for j in range(len(self.lift) - 1, -1, -1):  # the furthest op along the links still after lo
             cand = int(self.lift[j][cur])
-            if cand != cur and self.starts[cand] > lo:
-                cur = cand
-        k = int(self.depth[n] - self.depth[cur])  # links from n to cur, all within the lifting tables
+            if cand != self.sentinel and self.starts[cand] > lo:
+                cur, k = cand, k + (1 << j)
         ks = np.arange(k + 1)
         chain = np.full(k + 1, n, dtype=np.int64)
         for j, table in enumerate(self.lift):
