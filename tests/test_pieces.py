@@ -128,3 +128,15 @@ def test_a_slice_splits_by_process_in_file_order(pattern):
         got.setdefault(process, []).extend(part["row"].tolist())
     assert got == {k: np.flatnonzero(key == k).tolist() for k in (5, 7, 9)}
     assert len(parts) == (4 if pattern == "runs" else 3)
+
+
+def test_a_temporary_folder_that_cannot_be_written_is_one_line(monkeypatch, tmp_path):
+    import tempfile
+
+    from perfdoctor.errors import InputError
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "missing"))
+    routed = Pieces(spill_above=0)
+    key = np.array([1, 2]) << 24
+    with pytest.raises(InputError, match="TMPDIR"):
+        routed.add("kernels", key, Table({"start": np.arange(2)}))

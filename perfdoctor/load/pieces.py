@@ -21,6 +21,7 @@ from typing import BinaryIO
 
 import numpy as np
 
+from perfdoctor.errors import InputError
 from perfdoctor.heap import give_back_freed
 from perfdoctor.table import Table
 
@@ -40,16 +41,21 @@ class _Rows:
     rows: int = 0
 
     def spill(self) -> None:
-        """Move the chunks in memory to this table's temporary file."""
-        if self.file is None:
-            self.file = tempfile.TemporaryFile(prefix="perfdoctor-rows-")
-        for chunk in self.chunks:
-            places = {}
-            for name, values in chunk.items():
-                values = np.ascontiguousarray(values)
-                places[name] = (values.dtype, self.file.tell(), values.size)
-                self.file.write(memoryview(values).cast("B"))
-            self.spilled.append((len(next(iter(chunk.values()))), places))
+        """Move the chunks in memory to this table's temporary file (a full or unwritable temporary folder
+        is said in one line, as bad input is)."""
+        try:
+            if self.file is None:
+                self.file = tempfile.TemporaryFile(prefix="perfdoctor-rows-")
+            for chunk in self.chunks:
+                places = {}
+                for name, values in chunk.items():
+                    values = np.ascontiguousarray(values)
+                    places[name] = (values.dtype, self.file.tell(), values.size)
+                    self.file.write(memoryview(values).cast("B"))
+                self.spilled.append((len(next(iter(chunk.values()))), places))
+        except OSError as exc:
+            raise InputError(f"cannot write the export's rows to the temporary folder {tempfile.gettempdir()} "
+                             f"({exc.strerror or exc}): set TMPDIR to a folder with room for them") from None
         self.chunks = []
 
     def table(self, columns: list[str]) -> Table:
