@@ -130,9 +130,13 @@ class Pieces:
         return Table({name: np.zeros(0, dtype=np.int64) for name in self._columns[table]}, rows=0)
 
     def keep(self, processes: set[int]) -> None:
-        """Let go of the rows of every other process (no timeline will take them)."""
+        """Let go of the rows of every other process (no timeline will take them); once the rows are on
+        disk, the heap the slices were read into goes back to the system (nothing later reuses all of it:
+        one process's tables are a fraction of the file's)."""
         for key in [key for key in self._rows if key[1] not in processes]:
             self._rows.pop(key).close()
+        if self._spilling:
+            give_back_freed(self._held)
 
     def take(self, table: str, process: int) -> Table | None:
         """The process's rows of ``table`` in file order (then forgotten); None when it has none."""
