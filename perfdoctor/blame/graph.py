@@ -24,7 +24,7 @@ import numpy as np
 
 from perfdoctor.blame.causes import CATEGORY_CAUSE, CODE
 from perfdoctor.classify.groups import GROUPS, GroupLabels
-from perfdoctor.classify.projection import launch_calls
+from perfdoctor.classify.projection import kernel_launch_calls, launch_calls
 from perfdoctor.model import Timeline
 from perfdoctor.table import Table
 
@@ -80,7 +80,7 @@ def device_ops(tl: Timeline, kcls: Table, ccls: Table, groups: GroupLabels) -> O
     loader keeps them in start order) shares its kernel columns: no copy, no sort."""
     k, c, f = tl.kernels, tl.memcpy, tl.memset
     k_cause = _kernel_causes(kcls, groups)
-    k_launch, _, k_tid = launch_calls(k, tl.api) if len(k) else (np.zeros(0, np.int64),) * 3
+    k_launch, _, k_tid = kernel_launch_calls(tl) if len(k) else (np.zeros(0, np.int64),) * 3  # shared
     if not len(c) and not len(f):
         n = len(k)
         cols = [k.col(name) if n else np.zeros(0, np.int64) for name in ("start", "end", "stream")]
