@@ -44,6 +44,10 @@ WHATIF_SHARE = 0.01
 # not replayed (their what-ifs are unknown), so a million-kernel window stays a matter of seconds.
 REPLAY_MAX_OPS = 50_000
 COMM = tuple(CODE[c] for c in CAUSES if c.startswith("transfer.") or c == "pipeline.p2p")
+# The chains' lifting tables jump 16**j links (not 2**j): a quarter of binary lifting's tables (6 instead of
+# 24 for a 10M-op chain: 4 bytes an op each), for at most 15 jumps per table where a walk searches a chain.
+LIFT_BITS = 4
+LIFT_RADIX = 1 << LIFT_BITS
 
 
 class Segments:
@@ -129,12 +133,12 @@ class _Walker:
     def _chains(self, ops: Ops, edges: Edges, steps: Steps) -> None:
         """Device chains: per op the op its binding device edge leads to when the op started within
         START_LATENCY_NS of it (``link``, else NONE), and binary-lifting tables over those links, so a run
-        of device-bound ops is walked with numpy instead of op by op.
+        of device-bound ops is walked with numpy instead of op by op (tables of 16**j jumps: LIFT_BITS).
 
         A walk never follows a chain past its step's start, so the lifting tables stop each chain at its
-        op's step start (:func:`_step_floor`): their depth is the log of the longest chain in one step, not
-        in the whole capture (14 tables instead of 24 for a 10M-op chain of 1,000 steps: 40 MB each). The
-        one op beyond that a walk takes (the op at or before the step's start) is ``link``'s."""
+        op's step start (:func:`_step_floor`): their number is the log of the longest chain in one step, not
+        in the whole capture. The one op beyond that a walk takes (the op at or before the step's start) is
+        ``link``'s."""
         n = len(ops)
         b = np.maximum(edges.bind, 0)
         has = (edges.bind >= 0) if n else np.zeros(0, dtype=bool)
@@ -154,10 +158,12 @@ class _Walker:
         self.sentinel = n
         up = np.append(np.where(within, self.link, n), n).astype(np.int32 if n < 2**31 - 1 else np.int64)
         del within
-        self.lift = [up]
-        while len(self.lift) < 64:
-            further = self.lift[-1][self.lift[-1]]
-            if np.array_equal(further, self.lift[-1]):
+        self.lift = [up]  # table j: each op's 16**j-th op back (its chain's end: the sentinel)
+        while len(self.lift) < 16:
+            further = self.lift[-1]
+            for _ in range(LIFT_BITS):
+                further = further[further]
+            if (further == n).all():  # every chain is shorter than this table's jump
                 break
             self.lift.append(further)
 
@@ -166,16 +172,13 @@ class _Walker:
         op with no link or that started at or before ``lo``; returns that op and the end of its segment."""
         cur, k = n, 0  # k: links from n to cur, all within the lifting tables
         for j in range(len(self.lift) - 1, -1, -1):  # the furthest op along the links still after lo
-            cand = int(self.lift[j][cur])
-            if cand != self.sentinel and self.starts[cand] > lo:
-                cur, k = cand, k + (1 << j)
-        ks = np.arange(k + 1)
-        chain = np.full(k + 1, n, dtype=np.int64)
-        for j, table in enumerate(self.lift):
-            if not (k >> j):
-                break
-            step = ((ks >> j) & 1).astype(bool)
-            chain[step] = table[chain[step]]
+            table = self.lift[j]
+            for _ in range(LIFT_RADIX - 1):
+                cand = int(table[cur])
+                if cand == self.sentinel or self.starts[cand] <= lo:
+                    break
+                cur, k = cand, k + (LIFT_RADIX ** j)
+        chain = self._ancestors(n, k, 0)
         if self.link[cur] >= 0:  # and the op at/before lo
             chain = np.append(chain, int(self.link[cur]))
         start = self.starts[chain]
@@ -190,6 +193,24 @@ class _Walker:
         inferred[1::2] = self.link_inferred[chain[:-1]]
         seg.extend(starts, ends, self.causes[ops].astype(np.int64), ops, inferred)
         return int(chain[-1]), int(op_end[-1])
+
+    def _ancestors(self, n: int, k: int, j: int) -> np.ndarray:
+        """The ops 0, r, 2r, … links back from ``n`` (r = 16**j), up to ``k`` links: the ops 16r apart from
+        the next table, the 15 between each two of them one gather of this table each (about ``k / r``
+        gathers in all, fewer than one per bit of ``k`` per op)."""
+        step = LIFT_RADIX ** j
+        count = k // step + 1
+        if count == 1:
+            return np.array([n], dtype=np.int64)
+        heads = self._ancestors(n, k, j + 1)  # every 16th of these
+        out = np.empty(count, dtype=np.int64)
+        out[0::LIFT_RADIX] = heads[:out[0::LIFT_RADIX].size]
+        cur = heads
+        for r in range(1, min(LIFT_RADIX, count)):
+            cur = self.lift[j][cur]
+            slots = out[r::LIFT_RADIX]
+            slots[:] = cur[:slots.size]
+        return out
 
     def last_ended(self, t: int) -> int:
         """The op that ended last at or before ``t`` (NONE if none)."""
