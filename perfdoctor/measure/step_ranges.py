@@ -171,7 +171,10 @@ def _thread_ranges(tl: Timeline, tid: int | None) -> tuple[np.ndarray, np.ndarra
         return None
     start, end = nvtx.col("start")[rows], nvtx.col("end")[rows]
     order = np.lexsort((-(end - start), start))
-    folded = np.array([_DIGITS.sub("#", str(t)) for t in uniques] + [""], dtype=object)
+    # Only the program's own messages are folded: operator ranges are most distinct messages (one per seq).
+    folded = np.full(len(uniques) + 1, "", dtype=object)
+    mine = np.flatnonzero(program)
+    folded[mine] = [_DIGITS.sub("#", uniques[j]) for j in mine.tolist()]
     return start[order], end[order], folded[codes[rows[order]]]
 
 
