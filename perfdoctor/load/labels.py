@@ -48,8 +48,10 @@ def labelled_rows(nvtx: Table, kind: str) -> np.ndarray:
     """
     if not len(nvtx):
         return np.zeros(0, dtype=np.int64)
-    codes, _ = message_codes(nvtx)
     rows = _our_rows(nvtx)
+    if not rows.size:  # no perfdoctor domain (most exports): no message's kind is needed
+        return rows
+    codes, _ = message_codes(nvtx)
     return rows[_message_kinds(nvtx)[codes[rows]] == kind]
 
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from perfdoctor.classify.projection import calls_of
-from perfdoctor.load.labels import DOMAIN, message_codes
+from perfdoctor.load.labels import DOMAIN, any_message, message_codes
 from perfdoctor.model import Timeline
 from perfdoctor.table import Table
 
@@ -57,7 +57,7 @@ class RangeSteps:
 
 def framework_steps(nvtx: Table) -> RangeSteps | None:
     """Steps from a framework's per-iteration ranges (any thread; overlapping repeats dropped)."""
-    if not len(nvtx):
+    if not len(nvtx) or not any_message(nvtx, FRAMEWORK_STEP):  # one scan of all messages rules most out
         return None
     codes, uniques = message_codes(nvtx)
     hit = np.array([isinstance(t, str) and bool(FRAMEWORK_STEP.match(t)) for t in uniques] + [False])
