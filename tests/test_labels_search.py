@@ -1,18 +1,21 @@
 """labels.any_message answers exactly as one MULTILINE search of the joined messages, whichever way it
-searches (a line-anchored pattern is searched as a newline and the rest: load/labels.py _line_search)."""
+searches (a line-anchored pattern is searched as a newline and the rest: load/labels.py _line_search);
+labels.any_word answers as the Megatron fingerprint's pattern on ASCII text."""
 
 import random
 import re
 
+import numpy as np
 import pytest
 
 from perfdoctor.classify.communicators import GROUP_START
-from perfdoctor.classify.framework import FINGERPRINTS
+from perfdoctor.classify.framework import FINGERPRINTS, MEGATRON_NVTX, MEGATRON_WORDS
 from perfdoctor.classify.groups import C10D_OP
-from perfdoctor.load.labels import _line_search
+from perfdoctor.load.labels import _line_search, any_word
 from perfdoctor.measure.host import DATA_RANGE, OPTIMIZER_RANGE
 from perfdoctor.measure.step_ranges import FRAMEWORK_STEP
 from perfdoctor.measure.steps import PROFILER_STEP
+from perfdoctor.table import Table
 
 PATTERNS = [DATA_RANGE, OPTIMIZER_RANGE, PROFILER_STEP, C10D_OP, GROUP_START, FRAMEWORK_STEP,
             *(p for p, _ in FINGERPRINTS.values()),
@@ -50,3 +53,25 @@ def test_line_anchored_patterns_take_the_newline_search() -> None:
     plain = re.compile("^ProfilerStep#").search
     assert _line_search(PROFILER_STEP.pattern, PROFILER_STEP.flags).__name__ == "<lambda>"
     assert _line_search(r"^a|b", re.compile("^a|b").flags).__name__ == plain.__name__
+
+
+def _nvtx(messages: list[str]) -> Table:
+    return Table({"text": np.array(messages, dtype=object)})
+
+
+def test_megatron_words_answer_as_the_pattern_in_ascii_text() -> None:
+    """framework.MEGATRON_WORDS stand for MEGATRON_NVTX wherever the messages are ASCII; elsewhere
+    any_word declines (None) and the pattern decides."""
+    rng = random.Random(7)
+    pieces = ["forward_backward_", "pipelining", "no_", "Forward_Backward_No_Pipelining", "MegaTron", "mega",
+              "tron", "FORWARD_backward_pipeliNING", "x", " ", "_", "aten::mm"]
+    plain = re.compile(MEGATRON_NVTX.pattern, MEGATRON_NVTX.flags | re.MULTILINE)
+    answers = set()
+    for _ in range(500):
+        messages = ["".join(rng.choice(pieces) for _ in range(rng.randint(1, 4))) for _ in range(rng.randint(1, 3))]
+        got = any_word(_nvtx(messages), MEGATRON_WORDS)
+        assert got == (plain.search("\n".join(dict.fromkeys(messages))) is not None), messages
+        answers.add(got)
+    assert answers == {True, False}
+    for text in ("forward_bac\u212award_pipelining", "megatron \u0131"):  # the Kelvin sign matches k, ı matches i
+        assert any_word(_nvtx([text]), MEGATRON_WORDS) is None

@@ -72,6 +72,17 @@ def any_message(nvtx: Table, pattern: re.Pattern[str]) -> bool:
     return _line_search(pattern.pattern, pattern.flags)(_joined(nvtx)) is not None
 
 
+def any_word(nvtx: Table, words: tuple[str, ...]) -> bool | None:
+    """Whether any distinct message holds one of the lower-case ``words``, ignoring case; None where a
+    message is not ASCII (outside ASCII, a case-insensitive pattern matches more than ``str.lower`` finds:
+    the Kelvin sign for k, a dotless i for i), so the caller searches with its pattern instead."""
+    joined = _joined(nvtx)
+    if not joined.isascii():
+        return None
+    lower = joined.lower()
+    return any(word in lower for word in words)
+
+
 @functools.cache
 def _line_search(text: str, flags: int) -> Callable[[str], re.Match[str] | None]:
     """``re.compile(text, flags | MULTILINE).search`` over the newline-joined messages, answering alike.
