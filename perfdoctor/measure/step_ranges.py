@@ -162,8 +162,11 @@ def _thread_ranges(tl: Timeline, tid: int | None) -> tuple[np.ndarray, np.ndarra
         return None
     codes, uniques = message_codes(nvtx)
     program = np.array([isinstance(t, str) and not OP_RANGE.search(t) for t in uniques] + [False])
-    domain = nvtx.col("domain", dtype=object) if "domain" in nvtx.columns else np.full(len(nvtx), None)
-    ok = (nvtx.col("end") >= nvtx.col("start")) & program[codes] & ~np.isin(domain.astype(str), list(FOREIGN_DOMAINS))
+    ok = (nvtx.col("end") >= nvtx.col("start")) & program[codes]
+    if "domain" in nvtx.columns:  # a domain is text or None: compared as it is, not made text row by row
+        domain = nvtx.col("domain", dtype=object)
+        for name in FOREIGN_DOMAINS:
+            ok &= domain != name
     if tid is not None:
         ok &= nvtx.col("tid") == tid
     rows = np.flatnonzero(ok)
