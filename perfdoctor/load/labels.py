@@ -92,13 +92,26 @@ def _line_search(text: str, flags: int) -> Callable[[str], re.Match[str] | None]
     that text holds a newline at p, and the engine looks for that one character instead of trying the
     anchor at every position (about ten times faster on 300 KB of operator ranges)."""
     multiline = re.compile(text, flags | re.MULTILINE)
-    if not text.startswith("^") or "(?<" in text or flags & re.VERBOSE:  # a lookbehind could see the newline
-        return multiline.search
-    parsed = re._parser.parse(text, flags)  # type: ignore[attr-defined]
-    if not parsed.data or parsed.data[0] != (re._constants.AT, re._constants.AT_BEGINNING):  # type: ignore[attr-defined]
-        return multiline.search
+    if not text.startswith("^") or "(?<" in text or flags & re.VERBOSE or not _whole_at_line_start(text, flags):
+        return multiline.search  # (a lookbehind could see the newline)
     after_newline = re.compile(f"\n(?:{text[1:]})", flags | re.MULTILINE).search
     return lambda joined: after_newline("\n" + joined)
+
+
+def _whole_at_line_start(text: str, flags: int) -> bool:
+    """Whether the ``^`` that ``text`` starts with anchors all of it, not one alternative of a top-level ``|``
+    (the interpreter's own pattern parser says; where its private form is not the one known here, no)."""
+    try:
+        from re import _constants as constants  # type: ignore[attr-defined]  # CPython 3.11+
+        from re import _parser as parser  # type: ignore[attr-defined]
+    except ImportError:  # 3.10
+        import sre_constants as constants
+        import sre_parse as parser
+    try:
+        data = parser.parse(text, flags).data
+        return bool(data) and data[0] == (constants.AT, constants.AT_BEGINNING)
+    except Exception:  # noqa: BLE001  # a parser of another shape: the plain search answers
+        return False
 
 
 @per_object
