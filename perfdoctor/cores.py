@@ -25,6 +25,11 @@ PER_TASK = 1  # set by perfdoctor.execute for the duration of a run
 # busy machine): peak RSS 2,571-2,678 MiB side by side, 2,034-2,083 one at a time, for 3-22 % (median
 # about 12 %) more wall time. Memory bounded first: the time is won back elsewhere, not by doubling peaks.
 SIDE_BY_SIDE_MAX_BYTES = 256 << 20
+# A timeline whose tables hold less than this is measured one measurement at a time too: starting a thread
+# and handing the interpreter lock back and forth cost more than the overlap wins on small arrays. Measured
+# (whole analysis in-process, paired alternating runs, 2 busy cores): the 2-GPU real export (0.8 MB of
+# tables) 14-25 ms faster one at a time, a 100k-kernel export (8 MB) 19-21 ms faster.
+SIDE_BY_SIDE_MIN_BYTES = 16 << 20
 _side_by_side = True
 _UNSET: Any = object()
 
@@ -69,9 +74,10 @@ def beside(fn: Callable[..., T], *args: Any) -> Later[T]:
 @contextmanager
 def sized_for(table_bytes: int) -> Iterator[None]:
     """Within the block, :func:`beside` runs measurements on a second thread only when the timeline's
-    tables hold at most :data:`SIDE_BY_SIDE_MAX_BYTES`: memory stays bounded by one measurement's arrays."""
+    tables hold at most :data:`SIDE_BY_SIDE_MAX_BYTES` (memory stays bounded by one measurement's arrays)
+    and at least :data:`SIDE_BY_SIDE_MIN_BYTES` (the thread pays for itself)."""
     global _side_by_side
-    before, _side_by_side = _side_by_side, table_bytes <= SIDE_BY_SIDE_MAX_BYTES
+    before, _side_by_side = _side_by_side, SIDE_BY_SIDE_MIN_BYTES <= table_bytes <= SIDE_BY_SIDE_MAX_BYTES
     try:
         yield
     finally:

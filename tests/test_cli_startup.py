@@ -62,10 +62,13 @@ def test_analyze_does_not_import_typer_pydantic_pandas_or_the_html_stack():
 def test_json_analysis_of_one_nsys_export_imports_neither_rich_nor_the_kineto_reader():
     """``analyze --format json`` of one nsys export with stderr not a terminal shows no progress, so rich
     (the terminal renderer's console, ~30 ms of start-up) stays unimported (perfdoctor.render.progress);
-    nor is the Kineto reader and its msgspec (~13 ms) loaded for an input that is not Kineto."""
+    nor is the Kineto reader and its msgspec (~13 ms) loaded for an input that is not Kineto, nor the capture
+    hook's group parser (Kineto's process-group names, ~6 ms), nor the memory-snapshot reader without a
+    snapshot, nor subprocess (only a .nsys-rep report is exported by running nsys)."""
     from tests.paths import REAL_H100
 
-    lazy = ("rich", "msgspec", "perfdoctor.load.kineto")
+    lazy = ("rich", "msgspec", "perfdoctor.load.kineto", "perfdoctor.capture", "perfdoctor.load.memsnap",
+            "subprocess")
     code = ("import atexit, sys\n"
             "atexit.register(lambda: sys.stderr.write('LOADED ' + repr(sorted(m for m in sys.modules "
             f"if m.split('.')[0] in {lazy!r} or m in {lazy!r})) + '\\n'))\n"

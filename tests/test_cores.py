@@ -26,10 +26,11 @@ def test_beside_runs_on_a_second_thread_only_with_a_second_core(monkeypatch) -> 
     assert cores.beside(record, 4).result() == 8 and where == [True, False]
 
 
-def test_a_timeline_too_large_for_two_measurements_at_once_runs_them_one_at_a_time(monkeypatch) -> None:
+def test_a_timeline_too_large_or_too_small_for_two_measurements_at_once_runs_them_one_at_a_time(monkeypatch) -> None:
     on_main = []
     monkeypatch.setattr(cores, "PER_TASK", 2)
-    for size, main_thread in ((cores.SIDE_BY_SIDE_MAX_BYTES, False), (cores.SIDE_BY_SIDE_MAX_BYTES + 1, True)):
+    for size, main_thread in ((cores.SIDE_BY_SIDE_MAX_BYTES, False), (cores.SIDE_BY_SIDE_MAX_BYTES + 1, True),
+                              (cores.SIDE_BY_SIDE_MIN_BYTES, False), (cores.SIDE_BY_SIDE_MIN_BYTES - 1, True)):
         with cores.sized_for(size):
             later = cores.beside(lambda: on_main.append(threading.current_thread() is threading.main_thread()))
         later.result()
@@ -45,7 +46,9 @@ def test_an_error_beside_reaches_the_caller(monkeypatch) -> None:
 
 
 @pytest.mark.parametrize("trace", [REAL_H100, SAMPLES / "pp_1f1b", SAMPLES / "exposed_dp"], ids=lambda p: p.name)
-def test_the_report_is_the_same_with_one_core_or_two(trace) -> None:
+def test_the_report_is_the_same_with_one_core_or_two(trace, monkeypatch) -> None:
+    monkeypatch.setattr(cores, "SIDE_BY_SIDE_MIN_BYTES", 0)  # these small timelines measured beside each other too
+
     def report(jobs: int) -> dict:
         out = report_dict(api.analyze([trace], jobs=jobs))
         out.pop("generated_at", None)

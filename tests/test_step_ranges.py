@@ -202,3 +202,14 @@ def test_framework_step_ranges() -> None:
     assert found is not None and len(found.starts) == 4
     assert found.label.endswith("training_step_#")
     assert find_steps(tl, (0, p.gpu), Table({"category": np.full(len(tl.kernels), 0)})).source == "framework-step"
+
+
+@pytest.mark.parametrize("domain", ["NCCL", "perfdoctor"])
+def test_ranges_of_a_library_domain_are_not_the_programs_iterations(domain: str) -> None:
+    """The same iterations, their ranges in NCCL's or perfdoctor's own domain: no steps from them; in
+    another domain (or none) they are the program's."""
+    tl = _run("train_step").timeline()
+    assert repeating_steps(tl) is not None
+    for value, found in ((domain, False), ("my_app", True), (None, True)):
+        tl.nvtx["domain"] = np.full(len(tl.nvtx), value, object)
+        assert (repeating_steps(tl) is not None) is found, value

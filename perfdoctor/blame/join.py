@@ -14,8 +14,10 @@ report's ``path`` (the representative step's segments, adjacent ones of one caus
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable
 from functools import lru_cache
+from itertools import accumulate
 from typing import Any
 
 import numpy as np
@@ -106,6 +108,7 @@ def _across(rank: int, entries: list[dict[str, Any]], entries_of: Callable[[int]
     level: where R itself waited, its entry names the rank it waited for); what R's path does not cover
     stays ``rank``'s wait."""
     out: list[dict[str, Any]] = []
+    spans: dict[int, tuple[list[int], list[int], bool]] = {}
     for e in entries:
         late = e.get("late")
         if (late is None or late not in clock or rank not in clock or late not in paths
@@ -113,9 +116,17 @@ def _across(rank: int, entries: list[dict[str, Any]], entries_of: Callable[[int]
             out.append(e)
             continue
         theirs = entries_of(late)
+        if late not in spans:  # to skip their entries that cannot overlap the wait without looking at each
+            starts = [x["start_ns"] for x in theirs]
+            ends_so_far = list(accumulate((x["end_ns"] for x in theirs), max))
+            spans[late] = starts, ends_so_far, all(a <= b for a, b in zip(starts, starts[1:]))
+        starts, ends_so_far, in_order = spans[late]
         shift = clock[rank] - clock[late]  # their time + clock[late] - clock[rank] is ours
+        # before lo every entry ends by the wait's start; from hi on (starts in order) every one starts after its end
+        lo = bisect_right(ends_so_far, e["start_ns"] + shift)
+        hi = bisect_left(starts, e["end_ns"] + shift) if in_order else len(theirs)
         t = e["start_ns"]
-        for x in theirs:
+        for x in theirs[lo:hi]:
             a, b = max(x["start_ns"] - shift, e["start_ns"]), min(x["end_ns"] - shift, e["end_ns"])
             if b <= a or x.get("rank") != late:
                 continue

@@ -27,26 +27,49 @@ HOST_CAUSES = tuple(CODE[c] for c in CAUSES if c.startswith("host.") and c != "h
 
 
 class Replay:
-    """One step of one rank, ready to be replayed without each cause in turn (plain lists: the replay is a
-    Python loop over the step's ops, one per cause replayed)."""
+    """One step of one rank, ready to be replayed without each cause in turn. The replay is a Python loop
+    over the step's ops (each op waits for ops the replay moved before it), so everything that does not
+    depend on the cause replayed is computed once here: per op, its duration, the latency it had after
+    its launch and after each edge, and where each edge's source ends (its slot in the replay's list of
+    ends: an op of the step, or one before or after it, whose end the replay never moves)."""
 
     def __init__(self, ops: Ops, edges: Edges, walker: object, lo: int, hi: int, first: int, stop: int,
                  tail_tid: int) -> None:
         self.lo, self.hi, self.first, self.stop = lo, hi, first, stop
         self.walker, self.tail_tid = walker, tail_tid
         self.end = ops.end  # sources may lie before the step: looked up one at a time
-        self.start_s, self.end_s = ops.start[first:stop].tolist(), ops.end[first:stop].tolist()
-        self.tid_s, self.cause_s = ops.tid[first:stop].tolist(), ops.cause[first:stop].tolist()
         mine = slice(first, stop)
-        self.launch = ops.launch[mine].tolist()
-        self.stream_src, self.event_src = edges.stream_src[mine].tolist(), edges.event_src[mine].tolist()
-        self.wait_src = edges.wait_src[mine].tolist()
+        start, end = ops.start[mine], ops.end[mine]
+        self.start_s, self.tid_s, self.cause_s = start.tolist(), ops.tid[mine].tolist(), ops.cause[mine]
+        self.dur = (end - start).tolist()
+        launch = ops.launch[mine]
+        self.launch = launch.tolist()
+        stream, event, wait = edges.stream_src[mine], edges.event_src[mine], edges.wait_src[mine]
         bind = edges.bind[mine]
         ready = edges.ready if len(edges.ready) else np.zeros(1, dtype=np.int64)  # no edge at all: none binds
-        self.binding = np.where(bind >= 0, ready[np.maximum(bind, 0)], ops.start[mine]).tolist()
+        binding = np.where(bind >= 0, ready[np.maximum(bind, 0)], start)
+        # the latency an op had after the launch or edge that bound it; one that did not bind has none known
+        self.launch_lat = np.where(launch == binding, start - launch, 0).tolist()
+        outside = np.unique(np.concatenate([s[(s >= 0) & ((s < first) | (s >= stop))] for s in (stream, event, wait)]))
+        # ends in the replay: the step's ops (moved as they are replayed), then the outside sources (never moved)
+        self.ends0 = np.concatenate([end, ops.end[outside]]).tolist()
+        n = stop - first
+
+        def slot(src: np.ndarray) -> np.ndarray:
+            inside = (src >= first) & (src < stop)
+            return np.where(src < 0, -1, np.where(inside, src - first, n + np.searchsorted(outside, src)))
+
+        def lat(src: np.ndarray) -> np.ndarray:
+            src_end = ops.end[np.maximum(src, 0)] if len(ops.end) else np.zeros(src.size, dtype=np.int64)
+            return np.where((src >= 0) & (src_end == binding), start - src_end, 0)
+
+        self.stream_slot, self.stream_lat = slot(stream).tolist(), lat(stream).tolist()
+        self.event_slot, self.event_lat = slot(event).tolist(), lat(event).tolist()
+        self.wait_slot = slot(wait).tolist()
+        self.free = ((launch < 0) & (stream < 0) & (event < 0)).tolist()  # starts where it started
         self.syncs = {tid: [(int(a), int(b)) for a, b in zip(*calls) if lo <= b <= hi]
                       for tid, calls in walker.blocking.items()}
-        self.last_op = first + int(np.argmax(np.minimum(ops.end[first:stop], hi))) if stop > first else -1
+        self.last_op = first + int(np.argmax(np.minimum(end, hi))) if stop > first else -1
         self.no_sync = False
 
     def saving(self, cause: int, zero: list[bool] | None = None, cut: list[bool] | None = None,
@@ -54,40 +77,54 @@ class Replay:
         """ns the step would be shorter without ``cause`` (0 when it would not be); or (cause −1) without
         the step's ops marked in ``zero``, with the ops marked in ``cut`` not waiting for another stream
         (their event edge removed), or with every blocking call returning at once (``no_sync``)."""
-        end2: dict[int, int] = {}
         self.no_sync = no_sync
         removed = self._host_removal(cause) if cause in HOST_CAUSES else None
         before = self._removed_before_launch(removed)
         state = {tid: [0, 0, 0] for tid in self.syncs}
-        for i, n in enumerate(range(self.first, self.stop)):
-            start, binding = self.start_s[i], self.binding[i]
-            start2 = self.lo
-            launch = self.launch[i]
+        syncs = self.syncs
+        gone = self.cause_s == cause
+        if zero is not None:
+            gone |= np.asarray(zero, dtype=bool)
+        dur = np.where(gone, 0, self.dur).tolist() if gone.any() else self.dur
+        event_slot = self.event_slot if cut is None else [-1 if c else s for s, c in zip(self.event_slot, cut)]
+        ends = self.ends0.copy()  # the replayed ends so far (an op not replayed yet: its own end)
+        lo = self.lo
+        for i, (start, free, launch, tid, launch_lat, s_slot, s_lat, e_slot, e_lat, w_slot, d, removed_to) in \
+                enumerate(zip(self.start_s, self.free, self.launch, self.tid_s, self.launch_lat, self.stream_slot,
+                              self.stream_lat, event_slot, self.event_lat, self.wait_slot, dur, before)):
+            if free:
+                ends[i] = start + d
+                continue
+            start2 = lo
             if launch >= 0:
-                shift = self._shift(state, end2, self.tid_s[i], launch, removed, before[i])
-                start2 = launch - shift + (start - launch if launch == binding else 0)
-            for src in (self.stream_src[i], -1 if cut is not None and cut[i] else self.event_src[i]):
-                if src >= 0:
-                    ready = int(self.end[src])
-                    # the latency it had after the edge that bound it; an edge that did not bind has none known
-                    start2 = max(start2, end2.get(src, ready) + (start - ready if ready == binding else 0))
-            if (w := self.wait_src[i]) >= 0:  # a recorded wait that never bound: no later than it allows
-                start2 = max(start2, end2.get(w, int(self.end[w])))
-            if launch < 0 and self.stream_src[i] < 0 and self.event_src[i] < 0:
-                start2 = start
-            gone = self.cause_s[i] == cause or (zero is not None and zero[i])
-            end2[n] = start2 + (0 if gone else self.end_s[i] - start)
-        device = end2[self.last_op] if self.last_op >= 0 else self.lo
+                calls = syncs.get(tid)
+                if calls is None:
+                    shift = removed_to
+                else:
+                    st = state[tid]
+                    if st[0] < len(calls) and calls[st[0]][1] <= launch:
+                        shift = self._shift(state, ends, tid, launch, removed, removed_to)
+                    else:
+                        shift = st[1] + removed_to - st[2]
+                start2 = launch - shift + launch_lat
+            if s_slot >= 0 and (t := ends[s_slot] + s_lat) > start2:
+                start2 = t
+            if e_slot >= 0 and (t := ends[e_slot] + e_lat) > start2:
+                start2 = t
+            if w_slot >= 0 and (t := ends[w_slot]) > start2:  # a recorded wait that never bound: no later
+                start2 = t
+            ends[i] = start2 + d
+        device = ends[self.last_op - self.first] if self.last_op >= 0 else self.lo
         device_old = min(int(self.end[self.last_op]), self.hi) if self.last_op >= 0 else self.lo
         host = device
         if device_old < self.hi:
-            host = self.hi - self._shift(state, end2, self.tail_tid, self.hi, removed, None)
+            host = self.hi - self._shift(state, ends, self.tail_tid, self.hi, removed, None)
         return max(0, self.hi - max(device, host, self.lo + 1))
 
-    def _shift(self, state: dict, end2: dict, tid: int, t: int, removed: dict | None,
+    def _shift(self, state: dict, ends: list[int], tid: int, t: int, removed: dict | None,
                removed_to_t: int | None) -> int:
         """How much earlier the host thread ``tid`` reaches time ``t`` in the replay; ``removed_to_t`` is
-        the removed host time of the thread in [lo, t) when known."""
+        the removed host time of the thread in [lo, t) when known; ``ends``: the replay's ends so far."""
         if removed_to_t is None:
             removed_to_t = self._removed(removed, tid, self.lo, t)
         syncs = self.syncs.get(tid)
@@ -103,7 +140,8 @@ class Replay:
                 c1_new = c0 - early
             elif q != -1 and self.end[q] > c0:
                 q_end = int(self.end[q])
-                c1_new = max(c0 - early, end2.get(q, q_end) + (c1 - q_end))
+                q_new = ends[q - self.first] if self.first <= q < self.stop else q_end
+                c1_new = max(c0 - early, q_new + (c1 - q_end))
             else:
                 c1_new = c1 - early
             st[0], st[1], st[2] = st[0] + 1, max(c1 - c1_new, 0), self._removed(removed, tid, self.lo, c1)

@@ -180,13 +180,12 @@ def _from_process_groups(tl: Timeline, comm_idx: np.ndarray, group: np.ndarray) 
     description in the trace there is no Megatron parallel state, and the default (world) group is the
     data-parallel group of plain DDP/FSDP training (medium: an inference from the program's shape).
     Other groups stay for the communicator vote below."""
-    from perfdoctor.capture.hook.groups import from_description
-
     n = len(tl.kernels)
     named = np.full(n, UNLABELLED, dtype=np.int8)
     sure = np.full(n, UNLABELLED, dtype=np.int8)
     if "pg_desc" not in tl.kernels.columns or not comm_idx.size:
         return named, sure
+    from perfdoctor.capture.hook.groups import from_description  # the hook's parser: only for Kineto groups
     desc = tl.kernels.col("pg_desc")[comm_idx]
     codes, uniques = factorize(np.asarray(desc, dtype=object))
     groups = [from_description(d if isinstance(d, str) else None) for d in uniques]

@@ -5,8 +5,10 @@ Only ranges and marks in the ``perfdoctor`` domain count; anything else is someb
 
 from __future__ import annotations
 
+import functools
 import json
 import re
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -46,8 +48,10 @@ def labelled_rows(nvtx: Table, kind: str) -> np.ndarray:
     """
     if not len(nvtx):
         return np.zeros(0, dtype=np.int64)
-    codes, _ = message_codes(nvtx)
     rows = _our_rows(nvtx)
+    if not rows.size:  # no perfdoctor domain (most exports): no message's kind is needed
+        return rows
+    codes, _ = message_codes(nvtx)
     return rows[_message_kinds(nvtx)[codes[rows]] == kind]
 
 
@@ -65,8 +69,49 @@ def any_message(nvtx: Table, pattern: re.Pattern[str]) -> bool:
     them joined by newlines with ``^``/``$`` at line ends, instead of one call per message. It can answer
     yes for none (a match across two messages), never no for one, for patterns without string anchors
     (``\\A``, ``\\Z``)."""
-    multiline = re.compile(pattern.pattern, pattern.flags | re.MULTILINE)
-    return multiline.search(_joined(nvtx)) is not None
+    return _line_search(pattern.pattern, pattern.flags)(_joined(nvtx)) is not None
+
+
+def any_word(nvtx: Table, words: tuple[str, ...]) -> bool | None:
+    """Whether any distinct message holds one of the lower-case ``words``, ignoring case; None where a
+    message is not ASCII (outside ASCII, a case-insensitive pattern matches more than ``str.lower`` finds:
+    the Kelvin sign for k, a dotless i for i), so the caller searches with its pattern instead."""
+    joined = _joined(nvtx)
+    if not joined.isascii():
+        return None
+    lower = joined.lower()
+    return any(word in lower for word in words)
+
+
+@functools.cache
+def _line_search(text: str, flags: int) -> Callable[[str], re.Match[str] | None]:
+    """``re.compile(text, flags | MULTILINE).search`` over the newline-joined messages, answering alike.
+
+    A pattern anchored at a line start (``^`` first, before any top-level ``|``) is searched as a newline
+    followed by the rest, in the joined text with a newline in front: a line starts at p exactly where
+    that text holds a newline at p, and the engine looks for that one character instead of trying the
+    anchor at every position (about ten times faster on 300 KB of operator ranges)."""
+    multiline = re.compile(text, flags | re.MULTILINE)
+    if not text.startswith("^") or "(?<" in text or flags & re.VERBOSE or not _whole_at_line_start(text, flags):
+        return multiline.search  # (a lookbehind could see the newline)
+    after_newline = re.compile(f"\n(?:{text[1:]})", flags | re.MULTILINE).search
+    return lambda joined: after_newline("\n" + joined)
+
+
+def _whole_at_line_start(text: str, flags: int) -> bool:
+    """Whether the ``^`` that ``text`` starts with anchors all of it, not one alternative of a top-level ``|``
+    (the interpreter's own pattern parser says; where its private form is not the one known here, no)."""
+    try:
+        from re import _constants as constants  # type: ignore[attr-defined]  # CPython 3.11+
+        from re import _parser as parser  # type: ignore[attr-defined]
+    except ImportError:  # 3.10
+        import sre_constants as constants
+        import sre_parse as parser
+    try:
+        data = parser.parse(text, flags).data
+        return bool(data) and data[0] == (constants.AT, constants.AT_BEGINNING)
+    except Exception:  # noqa: BLE001  # a parser of another shape: the plain search answers
+        return False
 
 
 @per_object

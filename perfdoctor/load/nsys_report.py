@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 from pathlib import Path
 
 from perfdoctor.errors import InputError
@@ -62,6 +61,8 @@ def export_report(report: Path) -> Path:
                          f"set XDG_CACHE_HOME or export by hand with {by_hand}") from None
     partial = target.with_name(f"{target.stem}.partial-{os.getpid()}.sqlite")
     argv = [nsys, "export", "--type=sqlite", "--force-overwrite=true", f"--output={partial}", str(report)]
+    import subprocess  # only to export a report: an analysis of .sqlite exports never starts a process
+
     try:
         proc = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, errors="replace",
                               timeout=EXPORT_TIMEOUT_S)

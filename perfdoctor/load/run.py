@@ -64,6 +64,8 @@ def load_trace(path: Path, *, detail: bool = True, lazy: bool = False) -> tuple[
 def attach_snapshots(run: Run, snapshots: list[MemorySnapshot]) -> None:
     """Give each memory snapshot to the GPU timeline of the rank in its file name; a single snapshot
     without a rank in its name (Megatron-LM's ``snapshot.pickle``) goes to a single GPU timeline."""
+    if not snapshots:  # most analyses: the snapshot reader stays unimported
+        return
     from perfdoctor.load.memsnap import outside_session, rank_from_name
 
     gpu_timelines = [tl for tl in run.timelines if tl.device_id is not None]

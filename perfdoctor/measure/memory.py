@@ -30,9 +30,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from perfdoctor.load.memsnap import TRACE_ACTIONS, Frame, MemorySnapshot, Segment, Trace, empty_trace
-
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the snapshot reader is imported where a snapshot is measured: most analyses have none
+    from perfdoctor.load.memsnap import Frame, MemorySnapshot, Segment, Trace
     from perfdoctor.model import DeviceSummary, Run
 
 MEMORY_KEYS: tuple[str, ...] = (
@@ -101,6 +100,8 @@ def measure_memory(snap: MemorySnapshot, device: int | None = None, device_total
         return MemoryMeasurement(None, metrics, {"device": None},
                                  [f"{snap.path.name}: the snapshot holds no segments and no history"])
     segments = [s for s in snap.segments if s.device == dev]
+    from perfdoctor.load.memsnap import empty_trace
+
     trace = snap.device_traces.get(dev) or empty_trace()
     warnings = list(snap.warnings)
     totals = replay(segments, trace)
@@ -256,6 +257,8 @@ def replay(segments: list[Segment], trace: Trace) -> _Totals:
 
 
 def _sign_column(trace: Trace, deltas: dict[str, int]) -> np.ndarray:
+    from perfdoctor.load.memsnap import TRACE_ACTIONS
+
     table = np.zeros(len(TRACE_ACTIONS), dtype=np.int64)
     for action, sign in deltas.items():
         table[TRACE_ACTIONS.index(action)] = sign
@@ -335,6 +338,8 @@ def allocation_site(frames: tuple[Frame, ...]) -> Frame | None:
 def _profiler_frame(frame: Frame) -> Frame:
     if frame.filename != "none" or not (m := _PROFILER_NAME.match(frame.name)):
         return frame
+    from perfdoctor.load.memsnap import Frame
+
     return Frame(filename=m["file"], line=int(m["line"]), name=m["name"])
 
 

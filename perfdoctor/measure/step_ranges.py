@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from perfdoctor.classify.projection import calls_of
-from perfdoctor.load.labels import DOMAIN, message_codes
+from perfdoctor.load.labels import DOMAIN, any_message, message_codes
 from perfdoctor.model import Timeline
 from perfdoctor.table import Table
 
@@ -57,7 +57,7 @@ class RangeSteps:
 
 def framework_steps(nvtx: Table) -> RangeSteps | None:
     """Steps from a framework's per-iteration ranges (any thread; overlapping repeats dropped)."""
-    if not len(nvtx):
+    if not len(nvtx) or not any_message(nvtx, FRAMEWORK_STEP):  # one scan of all messages rules most out
         return None
     codes, uniques = message_codes(nvtx)
     hit = np.array([isinstance(t, str) and bool(FRAMEWORK_STEP.match(t)) for t in uniques] + [False])
@@ -162,8 +162,11 @@ def _thread_ranges(tl: Timeline, tid: int | None) -> tuple[np.ndarray, np.ndarra
         return None
     codes, uniques = message_codes(nvtx)
     program = np.array([isinstance(t, str) and not OP_RANGE.search(t) for t in uniques] + [False])
-    domain = nvtx.col("domain", dtype=object) if "domain" in nvtx.columns else np.full(len(nvtx), None)
-    ok = (nvtx.col("end") >= nvtx.col("start")) & program[codes] & ~np.isin(domain.astype(str), list(FOREIGN_DOMAINS))
+    ok = (nvtx.col("end") >= nvtx.col("start")) & program[codes]
+    if "domain" in nvtx.columns:  # a domain is text or None: compared as it is, not made text row by row
+        domain = nvtx.col("domain", dtype=object)
+        for name in FOREIGN_DOMAINS:
+            ok &= domain != name
     if tid is not None:
         ok &= nvtx.col("tid") == tid
     rows = np.flatnonzero(ok)
@@ -171,7 +174,10 @@ def _thread_ranges(tl: Timeline, tid: int | None) -> tuple[np.ndarray, np.ndarra
         return None
     start, end = nvtx.col("start")[rows], nvtx.col("end")[rows]
     order = np.lexsort((-(end - start), start))
-    folded = np.array([_DIGITS.sub("#", str(t)) for t in uniques] + [""], dtype=object)
+    # Only the program's own messages are folded: operator ranges are most distinct messages (one per seq).
+    folded = np.full(len(uniques) + 1, "", dtype=object)
+    mine = np.flatnonzero(program)
+    folded[mine] = [_DIGITS.sub("#", uniques[j]) for j in mine.tolist()]
     return start[order], end[order], folded[codes[rows[order]]]
 
 
