@@ -47,6 +47,7 @@ from perfdoctor.measure.steps import find_steps
 from perfdoctor.measure.trace_excerpt import run_trace, trace_excerpt
 from perfdoctor.measure.work_units import kernel_work
 from perfdoctor.model import DeviceSummary, Report, Run, Timeline, TimelineInfo, TraceInfo
+from perfdoctor.one_copy import one_copy, one_copy_fields
 from perfdoctor.sample import glance, pick
 
 if TYPE_CHECKING:
@@ -82,7 +83,8 @@ def analyze(paths: list[Path | str], config: dict[str, Any] | None = None,
     if sample is not None:
         files, sampled = pick(run_tasks(glance, files, jobs, dask), sample, cli)
     tasks = [FileTask(path, cli, timeline_excerpts, trace_excerpts) for path in files]
-    results = run_tasks(analyze_file, tasks, jobs, dask, progress)
+    strings: dict[str, str] = {}
+    results = run_tasks(analyze_file, tasks, jobs, dask, progress, keep=lambda r: _kept(r, strings))
     run = Run(traces=[r.trace for r in results], timelines=[rank.info for r in results for rank in r.ranks])
     for info in run.traces:
         run.warnings.extend(f"{info.path.name}: {w}" for w in info.warnings)
@@ -116,6 +118,8 @@ def analyze(paths: list[Path | str], config: dict[str, Any] | None = None,
     blocking, paths = join({rank.info.rank: rank.blame for rank in ranks if rank.blame is not None},
                            {rank.info.rank: rank.collectives for rank in ranks if rank.collectives is not None},
                            waits.instances, pp_theory, waits.clock)
+    for rank in ranks:  # read by match and join only
+        rank.blame = rank.collectives = None
     for r, metrics in per_rank.items():
         metrics.update(blocking.get(r) or dict.fromkeys(BLOCKING_KEYS))
     blocking_all = blocking_across(per_rank)
@@ -207,6 +211,15 @@ class FileResult:
     excerpts: bool
     trace_excerpts: bool = False
     ranks: list[RankResult] = field(default_factory=list)
+
+
+def _kept(result: FileResult, strings: dict[str, str]) -> FileResult:
+    """What the driver keeps of a file's result until the report is made: its ranks' metric names, kernel
+    and category names in one copy among all ranks (perfdoctor.one_copy)."""
+    for rank in result.ranks:
+        rank.metrics, rank.series = one_copy(rank.metrics, strings), one_copy(rank.series, strings)
+        one_copy_fields(rank.device, strings)
+    return result
 
 
 def _reclassify(results: list[FileResult], config: dict[str, Any], jobs: int | None,

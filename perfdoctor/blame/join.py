@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from perfdoctor.blame.causes import BLOCKING_KEYS, CAUSES, CODE, FOCUS, metric_key, whatif_key
+from perfdoctor.blame.entries import PathEntries
 from perfdoctor.blame.path import RankPath
 from perfdoctor.classify.groups import GROUPS
 from perfdoctor.measure.collectives import Collectives
@@ -36,8 +37,8 @@ P2P, PP_WAIT = CODE["pipeline.p2p"], CODE["pipeline.wait"]
 
 def join(paths: dict[int, RankPath], cols: dict[int, Collectives], instances: dict[int, dict[str, np.ndarray]],
          theory: float | None, clock: dict[int, int] | None = None
-         ) -> tuple[dict[str, dict[str, Any]], dict[str, list[dict[str, Any]]]]:
-    """Per rank (str keys) its ``blocking.*`` metrics and its ``path`` entries; with the ranks' clocks
+         ) -> tuple[dict[str, dict[str, Any]], PathEntries]:
+    """Per rank (str keys) its ``blocking.*`` metrics and its ``path`` entries (as columns); with the ranks' clocks
     (perfdoctor.measure.peers.PeerWaits.clock) a wait for a rank on the same step is followed onto it."""
     metrics: dict[str, dict[str, Any]] = {}
     waits_of: dict[int, tuple | None] = {}
@@ -75,9 +76,11 @@ def join(paths: dict[int, RankPath], cols: dict[int, Collectives], instances: di
     def entries_of(rank: int) -> list[dict[str, Any]]:
         return _split_pipeline_wait(_entries(rank, paths[rank], cols, waits_of[rank]), shares[rank])
 
-    if not clock:
-        return metrics, {str(rank): _bounded(entries_of(rank)) for rank in paths}
-    return metrics, {str(rank): _bounded(_across(rank, entries_of(rank), entries_of, paths, clock)) for rank in paths}
+    out = PathEntries()
+    for rank in paths:
+        out.add(str(rank), _bounded(_across(rank, entries_of(rank), entries_of, paths, clock) if clock
+                                    else entries_of(rank)))
+    return metrics, out
 
 
 def _split_pipeline_wait(entries: list[dict[str, Any]], share: float | None) -> list[dict[str, Any]]:
@@ -238,10 +241,13 @@ def _entries(rank: int, rp: RankPath, cols: dict[int, Collectives], waits: tuple
     """The representative step's path as report entries (see the module docstring)."""
     p = rp.path
     raw: list[dict[str, Any]] = []
-    for s, e, cause, what, inferred, ci in zip(p.get("start", []), p.get("end", []), p.get("cause", []),
-                                               p.get("what", []), p.get("inferred", []), p.get("instance", [])):
-        entry = {"start_ns": int(s), "end_ns": int(e), "rank": rank, "cause": cause, "what": what,
-                 "inferred": bool(inferred)}
+    if not p:
+        return raw
+    names = p["names"]
+    for s, e, code, what, inferred, ci in zip(p["start"].tolist(), p["end"].tolist(), p["cause"].tolist(),
+                                              p["what"].tolist(), p["inferred"].tolist(), p["instance"].tolist()):
+        cause = CAUSES[code]
+        entry = {"start_ns": s, "end_ns": e, "rank": rank, "cause": cause, "what": names[what], "inferred": inferred}
         w = int(waits[0][ci]) if waits is not None and ci >= 0 and CODE[cause] in (P2P,) + _TRANSFER else 0
         if w > 0:
             ks = int(waits[1][ci])

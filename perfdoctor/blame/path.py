@@ -98,7 +98,7 @@ class RankPath:
     comm_end: np.ndarray
     comm_cause: np.ndarray
     representative: int
-    path: dict[str, list] = field(default_factory=dict)  # start, end, cause (name), what, inferred, op
+    path: dict[str, np.ndarray] = field(default_factory=dict)  # start, end, cause, what, inferred, instance
     # The representative step replayed without each cause on its path (perfdoctor.blame.whatif): ns saved.
     saving: dict[str, int] = field(default_factory=dict)
     # per step ns of the path per perfdoctor.blame.focus.FOCUS entry (they overlap the causes), and the
@@ -386,11 +386,12 @@ def _instance_of(kernel: np.ndarray, instances: np.ndarray, valid: np.ndarray | 
     return np.where(hit, pos, -1)
 
 
-def _compact(tl: Timeline, ops: Ops, cols: dict[str, np.ndarray], instances: np.ndarray) -> dict[str, list]:
+def _compact(tl: Timeline, ops: Ops, cols: dict[str, np.ndarray], instances: np.ndarray) -> dict[str, np.ndarray]:
     """The representative step's segments (time order) for the report: adjacent segments of one cause
     merged, except collectives (the cross-rank join splits each at its own last arrival); each run named
     by its first segment: the kernel's name, copy/fill, or the host's activity (names are decoded for these
-    runs only, never for every op)."""
+    runs only, never for every op). Columns at their width (the driver holds one per rank until the join):
+    ``what`` indexes ``names``, ``cause`` indexes CAUSES."""
     start, end, cause, op = cols["start"], cols["end"], cols["cause"], cols["op"]
     if not start.size:
         return {}
@@ -415,9 +416,10 @@ def _compact(tl: Timeline, ops: Ops, cols: dict[str, np.ndarray], instances: np.
         else:
             what.append("copy" if name == "copy" else "device op")
         k += kern >= 0
-    return {"start": start[heads].tolist(), "end": end[last].tolist(),
-            "cause": [CAUSES[c] for c in cause[heads].tolist()], "what": what, "inferred": inferred.tolist(),
-            "instance": _instance_of(kernel, instances, head_op >= 0).tolist()}
+    unique, what_code = np.unique(np.array(what, dtype=object), return_inverse=True)
+    return {"start": start[heads], "end": end[last], "cause": cause[heads].astype(np.int8),
+            "what": what_code.astype(np.int32), "names": unique.tolist(), "inferred": inferred,
+            "instance": _instance_of(kernel, instances, head_op >= 0).astype(np.int32)}
 
 
 HOST_WHAT = {"host.launch": "CPU issuing launches (Python and launch overhead)", "host.data": "data loading",

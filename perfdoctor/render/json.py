@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict
 from typing import Any
 
@@ -29,7 +29,8 @@ STREAM_DEPTH = 3
 
 def report_dict(report: Report) -> dict[str, Any]:
     """The report as one dict (what ``perfdoctor diff`` and the Perfetto writer read)."""
-    return {key: list(value) if isinstance(value, Iterator) else value for key, value in _report_items(report)}
+    return {key: list(value) if isinstance(value, Iterator) else dict(value) if key == "path" else value
+            for key, value in _report_items(report)}
 
 
 def _report_items(report: Report) -> Iterator[tuple[str, Any]]:
@@ -103,7 +104,7 @@ def write_json(report: Report, write: Callable[[str], Any]) -> None:
 def _write_value(value: Any, level: int, write: Callable[[str], Any]) -> None:
     """``value`` as ``json.dumps(value, indent=INDENT, default=str)`` writes it ``level`` levels deep:
     item by item above STREAM_DEPTH (where every key is a string), whole below it."""
-    if level < STREAM_DEPTH and isinstance(value, dict) and all(isinstance(k, str) for k in value):
+    if level < STREAM_DEPTH and isinstance(value, Mapping) and all(isinstance(k, str) for k in value):
         _write_dict(value.items(), level, write)
     elif level < STREAM_DEPTH and isinstance(value, (list, tuple, Iterator)):
         _write_list(value, level, write)
