@@ -83,8 +83,8 @@ def analyze(paths: list[Path | str], config: dict[str, Any] | None = None,
     if sample is not None:
         files, sampled = pick(run_tasks(glance, files, jobs, dask), sample, cli)
     tasks = [FileTask(path, cli, timeline_excerpts, trace_excerpts) for path in files]
-    strings: dict[str, str] = {}
-    results = run_tasks(analyze_file, tasks, jobs, dask, progress, keep=lambda r: _kept(r, strings))
+    seen: dict[Any, Any] = {}
+    results = run_tasks(analyze_file, tasks, jobs, dask, progress, keep=lambda r: _kept(r, seen))
     run = Run(traces=[r.trace for r in results], timelines=[rank.info for r in results for rank in r.ranks])
     for info in run.traces:
         run.warnings.extend(f"{info.path.name}: {w}" for w in info.warnings)
@@ -213,12 +213,17 @@ class FileResult:
     ranks: list[RankResult] = field(default_factory=list)
 
 
-def _kept(result: FileResult, strings: dict[str, str]) -> FileResult:
-    """What the driver keeps of a file's result until the report is made: its ranks' metric names, kernel
-    and category names in one copy among all ranks (perfdoctor.one_copy)."""
+def _kept(result: FileResult, seen: dict[Any, Any]) -> FileResult:
+    """What the driver keeps of a file's result until the report is made: the names in it (metrics,
+    kernels, categories, environment, tables) in one copy among all files (perfdoctor.one_copy)."""
+    one_copy_fields(result.trace, seen)
+    result.config = one_copy(result.config, seen)
     for rank in result.ranks:
-        rank.metrics, rank.series = one_copy(rank.metrics, strings), one_copy(rank.series, strings)
-        one_copy_fields(rank.device, strings)
+        rank.metrics, rank.series = one_copy(rank.metrics, seen), one_copy(rank.series, seen)
+        one_copy_fields(rank.device, seen)
+        one_copy_fields(rank.info, seen)
+        if rank.blame is not None and rank.blame.path:
+            rank.blame.path["names"] = one_copy(rank.blame.path["names"], seen)
     return result
 
 

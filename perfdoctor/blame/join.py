@@ -26,6 +26,7 @@ from perfdoctor.blame.path import RankPath
 from perfdoctor.classify.groups import GROUPS
 from perfdoctor.measure.collectives import Collectives
 from perfdoctor.measure.peers import CAUSE_PARTS, arrival_context
+from perfdoctor.width import widened
 
 NS_PER_MS = 1e6
 MAX_PATH = 64
@@ -243,8 +244,9 @@ def _entries(rank: int, rp: RankPath, cols: dict[int, Collectives], waits: tuple
     raw: list[dict[str, Any]] = []
     if not p:
         return raw
-    names = p["names"]
-    for s, e, code, what, inferred, ci in zip(p["start"].tolist(), p["end"].tolist(), p["cause"].tolist(),
+    names, start = p["names"], widened(p["base"], p["start"])
+    end = start + p["length"]
+    for s, e, code, what, inferred, ci in zip(start.tolist(), end.tolist(), p["cause"].tolist(),
                                               p["what"].tolist(), p["inferred"].tolist(), p["instance"].tolist()):
         cause = CAUSES[code]
         entry = {"start_ns": s, "end_ns": e, "rank": rank, "cause": cause, "what": names[what], "inferred": inferred}
