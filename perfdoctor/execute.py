@@ -66,7 +66,7 @@ def run_tasks(fn: Callable[[T], R], tasks: Sequence[T], jobs: int | None = None,
     with ProcessPoolExecutor(max_workers=min(jobs, total), mp_context=_context(), initializer=_one_core) as pool:
         futures = {pool.submit(fn, task): i for i, task in enumerate(tasks)}
         for done, future in enumerate(as_completed(futures), 1):
-            results[futures[future]] = keep(future.result())
+            results[futures.pop(future)] = keep(future.result())  # the future would hold the result as it came
             report(done)
     return results
 

@@ -14,7 +14,7 @@ report's ``path`` (the representative step's segments, adjacent ones of one caus
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import lru_cache
 from typing import Any
 
@@ -36,7 +36,7 @@ WAIT = CODE["wait.rank"]
 P2P, PP_WAIT = CODE["pipeline.p2p"], CODE["pipeline.wait"]
 
 
-def join(paths: dict[int, RankPath], cols: dict[int, Collectives], instances: dict[int, dict[str, np.ndarray]],
+def join(paths: dict[int, RankPath], cols: Mapping[int, Collectives], instances: dict[int, dict[str, np.ndarray]],
          theory: float | None, clock: dict[int, int] | None = None
          ) -> tuple[dict[str, dict[str, Any]], PathEntries]:
     """Per rank (str keys) its ``blocking.*`` metrics and its ``path`` entries (as columns); with the ranks' clocks
@@ -172,7 +172,7 @@ def late_blocking(per_rank: dict[str, dict[str, Any]], slowest: int | None) -> f
     return float(np.median(values)) if values else None
 
 
-def _waits(rank: int, cols: dict[int, Collectives], instances: dict[int, dict[str, np.ndarray]]
+def _waits(rank: int, cols: Mapping[int, Collectives], instances: dict[int, dict[str, np.ndarray]]
            ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
     """Per collective instance of ``rank`` (index into its Collectives): the wait for the last member in
     ns (0 when it arrived last), its kernel start, the late rank and its own instance index (−1 when not
@@ -238,16 +238,17 @@ def _savings(row: np.ndarray, rp: RankPath, blocking: dict[str, Any]) -> dict[st
     return out
 
 
-def _entries(rank: int, rp: RankPath, cols: dict[int, Collectives], waits: tuple | None) -> list[dict[str, Any]]:
+def _entries(rank: int, rp: RankPath, cols: Mapping[int, Collectives], waits: tuple | None) -> list[dict[str, Any]]:
     """The representative step's path as report entries (see the module docstring)."""
     p = rp.path
     raw: list[dict[str, Any]] = []
     if not p:
         return raw
-    names, start = p["names"], widened(p["base"], p["start"])
-    end = start + p["length"]
-    for s, e, code, what, inferred, ci in zip(start.tolist(), end.tolist(), p["cause"].tolist(),
-                                              p["what"].tolist(), p["inferred"].tolist(), p["instance"].tolist()):
+    names, r = p["names"], p["rows"]
+    start = widened(p["base"], r["start"])
+    end = start + r["length"]
+    for s, e, code, what, inferred, ci in zip(start.tolist(), end.tolist(), r["cause"].tolist(),
+                                              r["what"].tolist(), r["inferred"].tolist(), r["instance"].tolist()):
         cause = CAUSES[code]
         entry = {"start_ns": s, "end_ns": e, "rank": rank, "cause": cause, "what": names[what], "inferred": inferred}
         w = int(waits[0][ci]) if waits is not None and ci >= 0 and CODE[cause] in (P2P,) + _TRANSFER else 0
