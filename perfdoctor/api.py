@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from perfdoctor import __version__
+from perfdoctor import __version__, shared
 from perfdoctor.blame.causes import BLOCKING_KEYS
 from perfdoctor.blame.focus import marks
 from perfdoctor.blame.graph import device_ops, edges
@@ -47,7 +47,6 @@ from perfdoctor.measure.steps import find_steps
 from perfdoctor.measure.trace_excerpt import run_trace, trace_excerpt
 from perfdoctor.measure.work_units import kernel_work
 from perfdoctor.model import DeviceSummary, Report, Run, Timeline, TimelineInfo, TraceInfo
-from perfdoctor.one_copy import one_copy, one_copy_fields
 from perfdoctor.sample import glance, pick
 
 if TYPE_CHECKING:
@@ -214,22 +213,14 @@ class FileResult:
     ranks: list[RankResult] = field(default_factory=list)
 
 
-def _kept(result: FileResult, seen: dict[Any, Any]) -> FileResult:
-    """What the driver keeps of a file's result until the report is made: the names in it (metrics,
-    kernels, categories, environment, tables) in one copy among all files (perfdoctor.one_copy)."""
-    one_copy_fields(result.trace, seen)
-    result.config = one_copy(result.config, seen)
-    for rank in result.ranks:
-        rank.metrics, rank.series = one_copy(rank.metrics, seen), one_copy(rank.series, seen)
-        one_copy_fields(rank.device, seen)
-        one_copy_fields(rank.info, seen)
-        if rank.blame is not None and rank.blame.path:
-            rank.blame.path["names"] = one_copy(rank.blame.path["names"], seen)
-    return result
+def _kept(sent: bytes, seen: dict[Any, Any]) -> FileResult:
+    """A file's result as the driver keeps it until the report is made: the names in it (metrics, kernels,
+    categories, environment, tables) in one copy among all files (perfdoctor.shared)."""
+    return shared.loads(sent, seen)
 
 
 def _reclassify(results: list[FileResult], config: dict[str, Any], jobs: int | None,
-                dask: str | None, keep: Callable[[FileResult], FileResult]) -> list[FileResult]:
+                dask: str | None, keep: Callable[[bytes], FileResult]) -> list[FileResult]:
     """A file whose own config marks differ from the run's (say it has none) is analysed again with the
     run's config, so every rank is classified and measured under the same parallel config."""
     stale = [i for i, r in enumerate(results) if r.config != config]
@@ -263,14 +254,14 @@ def _summaries(ranks: list[RankResult]) -> tuple[list[DeviceSummary], dict[str, 
     return devices, per_rank, series, excerpts
 
 
-def analyze_packed(task: FileTask) -> FileResult:
-    """:func:`analyze_file`, its ranks' collective instances packed (perfdoctor.measure.collectives.pack)
-    where the task runs, so the driver receives and holds them at their width."""
+def analyze_packed(task: FileTask) -> bytes:
+    """:func:`analyze_file` as the driver receives it: the ranks' collective instances packed where the
+    task runs (perfdoctor.measure.collectives.pack), pickled with its names shared (see :func:`_kept`)."""
     result = analyze_file(task)
     for rank in result.ranks:
         if rank.collectives is not None:
             rank.collectives = pack(rank.collectives)
-    return result
+    return shared.dumps(result)
 
 
 def analyze_file(task: FileTask) -> FileResult:

@@ -33,13 +33,13 @@ def default_jobs() -> int:
 
 
 def run_tasks(fn: Callable[[T], R], tasks: Sequence[T], jobs: int | None = None, dask: str | None = None,
-              progress: Progress | None = None, what: str = "ranks", keep: Callable[[R], R] | None = None
-              ) -> list[R]:
+              progress: Progress | None = None, what: str = "ranks", keep: Callable[[R], Any] | None = None
+              ) -> list[Any]:
     """``[fn(t) for t in tasks]``, run by ``jobs`` processes (default: the cores) or on the Dask cluster
     ``dask`` ("local" starts a LocalCluster of ``jobs`` single-threaded workers; else a scheduler address).
     ``progress(done, total, what)`` is called as tasks finish. A task's exception is raised here.
     ``keep(result)``, in this process, is what is kept of each result as it arrives (so a thousand results
-    are never all held as they came)."""
+    are never all held as they came); the results themselves without it."""
     jobs = jobs or default_jobs()
     if jobs < 1:
         raise InputError(f"--jobs must be at least 1, not {jobs}")

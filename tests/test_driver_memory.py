@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from perfdoctor import api
+from perfdoctor import api, shared
 from perfdoctor.blame import join as join_module
 from perfdoctor.blame.entries import PathEntries
 from perfdoctor.measure import collectives as collectives_module
@@ -103,6 +103,16 @@ def test_the_driver_keeps_packed_shared_results(tmp_path: Path) -> None:
     keys = [list(r.metrics) for r in ranks]
     assert all(a is b for a, b in zip(keys[0], keys[2]))  # one copy of each metric name among ranks
     assert ranks[0].blame.path["names"][0] is ranks[2].blame.path["names"][0]
+    assert kept[0].trace.tables is kept[2].trace.tables
+
+
+def test_shared_pickle_loads_what_a_plain_pickle_does() -> None:
+    value = {"a": [1, 2.5, "x", ("y", frozenset({"p", "q"}))], "b": np.arange(3), "c": None}
+    seen: dict = {}
+    first, second = shared.loads(shared.dumps(value), seen), shared.loads(shared.dumps(value), seen)
+    assert first["a"] == second["a"] == value["a"] and np.array_equal(first["b"], value["b"])
+    assert first["a"][2] is second["a"][2] and first["a"][3][1] is second["a"][3][1]
+    assert first["b"].base is None  # arrays own their data (protocol 5 would load views of the bytes)
 
 
 def test_width() -> None:
