@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from perfdoctor import __version__
+from perfdoctor import __version__, shared
 from perfdoctor.blame.causes import BLOCKING_KEYS
 from perfdoctor.blame.focus import marks
 from perfdoctor.blame.graph import device_ops, edges
@@ -33,7 +33,7 @@ from perfdoctor.load.run import assign_ranks, attach_snapshots, load_trace, merg
 from perfdoctor.load.run_identity import check_one_run, last_event_ns
 from perfdoctor.measure.activity import activity, group_comm
 from perfdoctor.measure.breakdown import activity_window, summarize
-from perfdoctor.measure.collectives import Collectives, collectives
+from perfdoctor.measure.collectives import Collectives, Packed, Unpacked, collectives, pack
 from perfdoctor.measure.excerpt import excerpt
 from perfdoctor.measure.graphs import graph_metrics
 from perfdoctor.measure.host import host_gaps, launch_stats
@@ -83,7 +83,8 @@ def analyze(paths: list[Path | str], config: dict[str, Any] | None = None,
     if sample is not None:
         files, sampled = pick(run_tasks(glance, files, jobs, dask), sample, cli)
     tasks = [FileTask(path, cli, timeline_excerpts, trace_excerpts) for path in files]
-    results = run_tasks(analyze_file, tasks, jobs, dask, progress)
+    seen: dict[Any, Any] = {}
+    results = run_tasks(analyze_packed, tasks, jobs, dask, progress, keep=lambda r: _kept(r, seen))
     run = Run(traces=[r.trace for r in results], timelines=[rank.info for r in results for rank in r.ranks])
     for info in run.traces:
         run.warnings.extend(f"{info.path.name}: {w}" for w in info.warnings)
@@ -92,7 +93,7 @@ def analyze(paths: list[Path | str], config: dict[str, Any] | None = None,
     attach_snapshots(run, snapshots)
     merge_config(run, cli, config_sources, mark_of=lambda tl: tl.config_mark)
     run.framework = detect_framework(run)
-    results = _reclassify(results, run.config, jobs, dask)
+    results = _reclassify(results, run.config, jobs, dask, keep=lambda r: _kept(r, seen))
     ranks = sorted((rank for r in results for rank in r.ranks), key=lambda rank: rank.info.rank)
     run.timelines = [rank.info for rank in ranks]
     devices, per_rank, series, excerpts = _summaries(ranks)
@@ -104,7 +105,8 @@ def analyze(paths: list[Path | str], config: dict[str, Any] | None = None,
         if (run.config.get("pp") or 1) > 1 and stages.get(str(device.rank)) is not None:
             device.evidence["pipeline"] = stage_evidence(stages[str(device.rank)],
                                                          per_rank.get(str(device.rank), {}), critical)
-    waits = match({rank.info.rank: rank.collectives for rank in ranks if rank.collectives is not None},
+    cols = Unpacked({rank.info.rank: rank.collectives for rank in ranks if rank.collectives is not None})
+    waits = match(cols,
                   {int(r): {g: m.get(f"comm.{g}.exposed_ms") for g in GROUPS} for r, m in per_rank.items()},
                   run.config, world)
     for device in devices:
@@ -115,8 +117,10 @@ def analyze(paths: list[Path | str], config: dict[str, Any] | None = None,
         metrics["ranks.late_ms"] = waits.late_ms.get(r)
     pp_theory = theory(run.config)[0] if (run.config.get("pp") or 1) > 1 else None
     blocking, paths = join({rank.info.rank: rank.blame for rank in ranks if rank.blame is not None},
-                           {rank.info.rank: rank.collectives for rank in ranks if rank.collectives is not None},
-                           waits.instances, pp_theory, waits.clock)
+                           cols, waits.instances, pp_theory, waits.clock)
+    del cols
+    for rank in ranks:  # read by match and join only
+        rank.blame = rank.collectives = None
     for r, metrics in per_rank.items():
         metrics.update(blocking.get(r) or dict.fromkeys(BLOCKING_KEYS))
     blocking_all = blocking_across(per_rank)
@@ -196,7 +200,7 @@ class RankResult:
     metrics: dict[str, Any] | None
     series: dict[str, list[float]] | None
     excerpt: Any
-    collectives: Collectives | None
+    collectives: Collectives | Packed | None  # packed as the driver receives it (analyze_packed)
     trace_excerpt: Any = None
     blame: RankPath | None = None
 
@@ -210,15 +214,21 @@ class FileResult:
     ranks: list[RankResult] = field(default_factory=list)
 
 
+def _kept(sent: bytes, seen: dict[Any, Any]) -> FileResult:
+    """A file's result as the driver keeps it until the report is made: the names in it (metrics, kernels,
+    categories, environment, tables) in one copy among all files (perfdoctor.shared)."""
+    return shared.loads(sent, seen)
+
+
 def _reclassify(results: list[FileResult], config: dict[str, Any], jobs: int | None,
-                dask: str | None) -> list[FileResult]:
+                dask: str | None, keep: Callable[[bytes], FileResult]) -> list[FileResult]:
     """A file whose own config marks differ from the run's (say it has none) is analysed again with the
     run's config, so every rank is classified and measured under the same parallel config."""
     stale = [i for i, r in enumerate(results) if r.config != config]
     if not stale:
         return results
-    again = run_tasks(analyze_file, [FileTask(results[i].trace.path, config, results[i].excerpts,
-                                              results[i].trace_excerpts) for i in stale], jobs, dask)
+    again = run_tasks(analyze_packed, [FileTask(results[i].trace.path, config, results[i].excerpts,
+                                              results[i].trace_excerpts) for i in stale], jobs, dask, keep=keep)
     results = list(results)
     for i, result in zip(stale, again):
         for old, new in zip(results[i].ranks, result.ranks):
@@ -243,6 +253,16 @@ def _summaries(ranks: list[RankResult]) -> tuple[list[DeviceSummary], dict[str, 
         if rank.metrics is not None:
             per_rank[key] = rank.metrics
     return devices, per_rank, series, excerpts
+
+
+def analyze_packed(task: FileTask) -> bytes:
+    """:func:`analyze_file` as the driver receives it: the ranks' collective instances packed where the
+    task runs (perfdoctor.measure.collectives.pack), pickled with its names shared (see :func:`_kept`)."""
+    result = analyze_file(task)
+    for rank in result.ranks:
+        if rank.collectives is not None:
+            rank.collectives = pack(rank.collectives)
+    return shared.dumps(result)
 
 
 def analyze_file(task: FileTask) -> FileResult:

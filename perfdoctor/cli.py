@@ -20,7 +20,16 @@ import click
 from perfdoctor import __version__
 from perfdoctor.config_values import MAX_SIZE
 from perfdoctor.errors import PerfdoctorError, UsageError
-from perfdoctor.outputs import check_outputs, flush_stdout, stdout_error, write_stdout, write_text
+from perfdoctor.outputs import (
+    Fill,
+    check_outputs,
+    flush_stdout,
+    stdout_error,
+    stream_stdout,
+    write_stdout,
+    write_stream,
+    write_text,
+)
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -160,9 +169,9 @@ def analyze(paths: tuple[Path, ...], output_format: str, output: Path | None, tp
 
         _emit(render_perfetto([("", report_dict(report), report.run_trace)]), perfetto)
     if output_format == "json":
-        from perfdoctor.render.json import render_json
+        from perfdoctor.render.json import write_json
 
-        _emit(render_json(report), output)
+        _emit_stream(lambda write: write_json(report, write), output)
     else:
         from perfdoctor.render.terminal import render_terminal
 
@@ -454,6 +463,14 @@ def _emit(text: str, output: Path | None) -> None:
         write_stdout(text)
     else:
         write_text(output, text)
+
+
+def _emit_stream(fill: Fill, output: Path | None) -> None:
+    """Like :func:`_emit`, written piece by piece (the JSON report of a thousand ranks is never one string)."""
+    if output is None:
+        stream_stdout(fill)
+    else:
+        write_stream(output, fill)
 
 
 def main() -> None:

@@ -33,10 +33,13 @@ def default_jobs() -> int:
 
 
 def run_tasks(fn: Callable[[T], R], tasks: Sequence[T], jobs: int | None = None, dask: str | None = None,
-              progress: Progress | None = None, what: str = "ranks") -> list[R]:
+              progress: Progress | None = None, what: str = "ranks", keep: Callable[[R], Any] | None = None
+              ) -> list[Any]:
     """``[fn(t) for t in tasks]``, run by ``jobs`` processes (default: the cores) or on the Dask cluster
     ``dask`` ("local" starts a LocalCluster of ``jobs`` single-threaded workers; else a scheduler address).
-    ``progress(done, total, what)`` is called as tasks finish. A task's exception is raised here."""
+    ``progress(done, total, what)`` is called as tasks finish. A task's exception is raised here.
+    ``keep(result)``, in this process, is what is kept of each result as it arrives (so a thousand results
+    are never all held as they came); the results themselves without it."""
     jobs = jobs or default_jobs()
     if jobs < 1:
         raise InputError(f"--jobs must be at least 1, not {jobs}")
@@ -47,13 +50,14 @@ def run_tasks(fn: Callable[[T], R], tasks: Sequence[T], jobs: int | None = None,
             progress(done, total, f"{done}/{total} {what} analysed")
 
     report(0)
+    keep = keep or (lambda result: result)
     if dask is not None:
-        return _on_dask(fn, tasks, jobs, dask, report)
+        return [keep(result) for result in _on_dask(fn, tasks, jobs, dask, report)]
     if jobs == 1 or total <= 1:
         results = []
         with _cores_per_task(jobs):  # a task alone has every core of --jobs
             for task in tasks:
-                results.append(fn(task))
+                results.append(keep(fn(task)))
                 report(len(results))
         return results
     from concurrent.futures import ProcessPoolExecutor, as_completed  # a pool only for several tasks
@@ -62,7 +66,7 @@ def run_tasks(fn: Callable[[T], R], tasks: Sequence[T], jobs: int | None = None,
     with ProcessPoolExecutor(max_workers=min(jobs, total), mp_context=_context(), initializer=_one_core) as pool:
         futures = {pool.submit(fn, task): i for i, task in enumerate(tasks)}
         for done, future in enumerate(as_completed(futures), 1):
-            results[futures[future]] = future.result()
+            results[futures.pop(future)] = keep(future.result())  # the future would hold the result as it came
             report(done)
     return results
 

@@ -9,6 +9,7 @@ SQLite file.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -265,4 +266,4 @@ class Report:
     run_trace: Any = None
     # Per rank (str keys), the critical path of its representative step (perfdoctor.blame.join): entries
     # {start_ns, end_ns, rank, cause, what, inferred} in time order on the rank's clock. JSON: ``path``.
-    path: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    path: Mapping[str, list[dict[str, Any]]] = field(default_factory=dict)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import stat
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from perfdoctor.errors import UsageError
@@ -82,9 +82,18 @@ def check_outputs(outputs: dict[str, Path | None], inputs: Iterable[Path]) -> No
         claimed[real] = name
 
 
+# Called with a ``write(text)`` function: writes an output piece by piece (a large report is never one string).
+Fill = Callable[[Callable[[str], object]], None]
+
+
 def write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` atomically when it is (or will be) a regular file; in place when
-    it is a device or FIFO. OSError becomes a one-line :class:`UsageError` (exit 2)."""
+    """Write ``text`` to ``path`` (see :func:`write_stream`)."""
+    write_stream(path, lambda write: write(text))
+
+
+def write_stream(path: Path, fill: Fill) -> None:
+    """Write what ``fill`` writes to ``path`` atomically when it is (or will be) a regular file; in place
+    when it is a device or FIFO. OSError becomes a one-line :class:`UsageError` (exit 2)."""
     try:
         st = path.stat()
     except FileNotFoundError:
@@ -94,7 +103,7 @@ def write_text(path: Path, text: str) -> None:
     if st is not None and not stat.S_ISREG(st.st_mode):
         if stat.S_ISDIR(st.st_mode):
             raise UsageError(f"{path}: is a directory, not a file to write")
-        _write_in_place(path, text)
+        _write_in_place(path, fill)
         return
     target = Path(_real(path))  # replace the file a symlink points to, keep the link
     mode = (st.st_mode & 0o7777) if st is not None else 0o666 & ~_umask()
@@ -104,7 +113,7 @@ def write_text(path: Path, text: str) -> None:
     try:
         fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
+            fill(fh.write)
             fh.flush()
             os.fchmod(fh.fileno(), mode)
         os.replace(tmp, target)
@@ -119,10 +128,10 @@ def write_text(path: Path, text: str) -> None:
                 pass
 
 
-def _write_in_place(path: Path, text: str) -> None:
+def _write_in_place(path: Path, fill: Fill) -> None:
     try:
         with path.open("w", encoding="utf-8") as fh:
-            fh.write(text)
+            fill(fh.write)
     except OSError as exc:
         raise UsageError(f"{path}: cannot write ({exc.strerror or exc})") from None
 
@@ -135,10 +144,15 @@ def _umask() -> int:
 
 def write_stdout(text: str) -> None:
     """Write to stdout; a closed, full or broken stdout is exit 2 with one line (see :func:`flush_stdout`)."""
+    stream_stdout(lambda write: write(text))
+
+
+def stream_stdout(fill: Fill) -> None:
+    """Write what ``fill`` writes to stdout (see :func:`write_stdout`)."""
     if sys.stdout is None:
         raise UsageError("stdout is closed: give --output FILE")
     try:
-        sys.stdout.write(text)
+        fill(sys.stdout.write)
         sys.stdout.flush()
     except OSError as exc:
         raise stdout_error(exc) from None

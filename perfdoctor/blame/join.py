@@ -15,7 +15,7 @@ report's ``path`` (the representative step's segments, adjacent ones of one caus
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import lru_cache
 from itertools import accumulate
 from typing import Any
@@ -23,10 +23,12 @@ from typing import Any
 import numpy as np
 
 from perfdoctor.blame.causes import BLOCKING_KEYS, CAUSES, CODE, FOCUS, metric_key, whatif_key
+from perfdoctor.blame.entries import PathEntries
 from perfdoctor.blame.path import RankPath
 from perfdoctor.classify.groups import GROUPS
 from perfdoctor.measure.collectives import Collectives
 from perfdoctor.measure.peers import CAUSE_PARTS, arrival_context
+from perfdoctor.width import widened
 
 NS_PER_MS = 1e6
 MAX_PATH = 64
@@ -36,10 +38,10 @@ WAIT = CODE["wait.rank"]
 P2P, PP_WAIT = CODE["pipeline.p2p"], CODE["pipeline.wait"]
 
 
-def join(paths: dict[int, RankPath], cols: dict[int, Collectives], instances: dict[int, dict[str, np.ndarray]],
+def join(paths: dict[int, RankPath], cols: Mapping[int, Collectives], instances: dict[int, dict[str, np.ndarray]],
          theory: float | None, clock: dict[int, int] | None = None
-         ) -> tuple[dict[str, dict[str, Any]], dict[str, list[dict[str, Any]]]]:
-    """Per rank (str keys) its ``blocking.*`` metrics and its ``path`` entries; with the ranks' clocks
+         ) -> tuple[dict[str, dict[str, Any]], PathEntries]:
+    """Per rank (str keys) its ``blocking.*`` metrics and its ``path`` entries (as columns); with the ranks' clocks
     (perfdoctor.measure.peers.PeerWaits.clock) a wait for a rank on the same step is followed onto it."""
     metrics: dict[str, dict[str, Any]] = {}
     waits_of: dict[int, tuple | None] = {}
@@ -77,9 +79,11 @@ def join(paths: dict[int, RankPath], cols: dict[int, Collectives], instances: di
     def entries_of(rank: int) -> list[dict[str, Any]]:
         return _split_pipeline_wait(_entries(rank, paths[rank], cols, waits_of[rank]), shares[rank])
 
-    if not clock:
-        return metrics, {str(rank): _bounded(entries_of(rank)) for rank in paths}
-    return metrics, {str(rank): _bounded(_across(rank, entries_of(rank), entries_of, paths, clock)) for rank in paths}
+    out = PathEntries()
+    for rank in paths:
+        out.add(str(rank), _bounded(_across(rank, entries_of(rank), entries_of, paths, clock) if clock
+                                    else entries_of(rank)))
+    return metrics, out
 
 
 def _split_pipeline_wait(entries: list[dict[str, Any]], share: float | None) -> list[dict[str, Any]]:
@@ -179,7 +183,7 @@ def late_blocking(per_rank: dict[str, dict[str, Any]], slowest: int | None) -> f
     return float(np.median(values)) if values else None
 
 
-def _waits(rank: int, cols: dict[int, Collectives], instances: dict[int, dict[str, np.ndarray]]
+def _waits(rank: int, cols: Mapping[int, Collectives], instances: dict[int, dict[str, np.ndarray]]
            ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
     """Per collective instance of ``rank`` (index into its Collectives): the wait for the last member in
     ns (0 when it arrived last), its kernel start, the late rank and its own instance index (−1 when not
@@ -245,14 +249,19 @@ def _savings(row: np.ndarray, rp: RankPath, blocking: dict[str, Any]) -> dict[st
     return out
 
 
-def _entries(rank: int, rp: RankPath, cols: dict[int, Collectives], waits: tuple | None) -> list[dict[str, Any]]:
+def _entries(rank: int, rp: RankPath, cols: Mapping[int, Collectives], waits: tuple | None) -> list[dict[str, Any]]:
     """The representative step's path as report entries (see the module docstring)."""
     p = rp.path
     raw: list[dict[str, Any]] = []
-    for s, e, cause, what, inferred, ci in zip(p.get("start", []), p.get("end", []), p.get("cause", []),
-                                               p.get("what", []), p.get("inferred", []), p.get("instance", [])):
-        entry = {"start_ns": int(s), "end_ns": int(e), "rank": rank, "cause": cause, "what": what,
-                 "inferred": bool(inferred)}
+    if not p:
+        return raw
+    names, r = p["names"], p["rows"]
+    start = widened(p["base"], r["start"])
+    end = start + r["length"]
+    for s, e, code, what, inferred, ci in zip(start.tolist(), end.tolist(), r["cause"].tolist(),
+                                              r["what"].tolist(), r["inferred"].tolist(), r["instance"].tolist()):
+        cause = CAUSES[code]
+        entry = {"start_ns": s, "end_ns": e, "rank": rank, "cause": cause, "what": names[what], "inferred": inferred}
         w = int(waits[0][ci]) if waits is not None and ci >= 0 and CODE[cause] in (P2P,) + _TRANSFER else 0
         if w > 0:
             ks = int(waits[1][ci])

@@ -21,6 +21,7 @@ cross-rank join splits off the part spent waiting for a late peer (:mod:`perfdoc
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
@@ -32,6 +33,7 @@ from perfdoctor.measure import intervals as iv
 from perfdoctor.measure.host import BLOCKING_API
 from perfdoctor.measure.steps import Steps
 from perfdoctor.model import Timeline
+from perfdoctor.width import narrow, offsets, rows
 
 # A device op starts this long after the op it waited for at most (the device's own latency); a longer
 # gap with no edge that explains it is not blamed on anything.
@@ -102,7 +104,7 @@ class RankPath:
     comm_end: np.ndarray
     comm_cause: np.ndarray
     representative: int
-    path: dict[str, list] = field(default_factory=dict)  # start, end, cause (name), what, inferred, op
+    path: dict[str, Any] = field(default_factory=dict)  # base, names, rows (see _compact)
     # The representative step replayed without each cause on its path (perfdoctor.blame.whatif): ns saved.
     saving: dict[str, int] = field(default_factory=dict)
     # per step ns of the path per perfdoctor.blame.focus.FOCUS entry (they overlap the causes), and the
@@ -428,11 +430,13 @@ def _instance_of(kernel: np.ndarray, instances: np.ndarray, valid: np.ndarray | 
     return np.where(hit, pos, -1)
 
 
-def _compact(tl: Timeline, ops: Ops, cols: dict[str, np.ndarray], instances: np.ndarray) -> dict[str, list]:
+def _compact(tl: Timeline, ops: Ops, cols: dict[str, np.ndarray], instances: np.ndarray) -> dict[str, np.ndarray]:
     """The representative step's segments (time order) for the report: adjacent segments of one cause
     merged, except collectives (the cross-rank join splits each at its own last arrival); each run named
     by its first segment: the kernel's name, copy/fill, or the host's activity (names are decoded for these
-    runs only, never for every op)."""
+    runs only, never for every op). Columns at their width (the driver holds one per rank until the join,
+    perfdoctor.width): one row per run, times as ``base`` + ``start`` offsets and ``length``, ``what``
+    indexes ``names``, ``cause`` indexes CAUSES."""
     start, end, cause, op = cols["start"], cols["end"], cols["cause"], cols["op"]
     if not start.size:
         return {}
@@ -457,9 +461,12 @@ def _compact(tl: Timeline, ops: Ops, cols: dict[str, np.ndarray], instances: np.
         else:
             what.append("copy" if name == "copy" else "device op")
         k += kern >= 0
-    return {"start": start[heads].tolist(), "end": end[last].tolist(),
-            "cause": [CAUSES[c] for c in cause[heads].tolist()], "what": what, "inferred": inferred.tolist(),
-            "instance": _instance_of(kernel, instances, head_op >= 0).tolist()}
+    unique, what_code = np.unique(np.array(what, dtype=object), return_inverse=True)
+    base, since = offsets(start[heads])
+    return {"base": base, "names": unique.tolist(), "rows": rows({
+        "start": since, "length": narrow(end[last] - start[heads]), "cause": narrow(cause[heads]),
+        "what": narrow(what_code), "inferred": inferred,
+        "instance": narrow(_instance_of(kernel, instances, head_op >= 0))})}
 
 
 HOST_WHAT = {"host.launch": "CPU issuing launches (Python and launch overhead)", "host.data": "data loading",

@@ -16,7 +16,9 @@ its CPU was doing while the others waited for it.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import numpy as np
 
@@ -29,6 +31,7 @@ from perfdoctor.measure.host import CAUSES, HostGaps
 from perfdoctor.measure.steps import Steps
 from perfdoctor.model import Timeline
 from perfdoctor.table import Table
+from perfdoctor.width import narrow, offsets, rows, widened
 
 # CUDA API calls shorter than this are launch overhead, not "what the CPU was doing" before an arrival.
 LONG_CALL_NS = 100_000
@@ -118,3 +121,67 @@ def _long_calls(api: Table) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     long = np.flatnonzero(e - s >= LONG_CALL_NS)
     return s[long], e[long], api["name"][long].decode().astype(str).astype(object)
 
+
+
+@dataclass
+class Packed:
+    """A rank's :class:`Collectives` at the width their values need (perfdoctor.width): what the process
+    that assembles the report holds for every rank until the cross-rank join (~3 of 14 KB a rank at 80
+    instances). One row per instance: times as offsets (starts from the first; ends and the intervals
+    before arrivals from each start), communicators as codes into the rank's few ids, the host causes'
+    idle as fields ``idle.<cause>``. :func:`unpack` gives the same arrays."""
+
+    start_base: int
+    rows: np.ndarray  # structured, narrow fields
+    comm_ids: np.ndarray  # uint64
+    idle: tuple[str, ...]  # the before_idle causes, in order
+    rest: dict[str, object]  # long_calls, step_starts, step_ends, session_start_utc_ns, exposed: as they were
+
+
+def pack(c: Collectives) -> Packed:
+    """``c`` at its width (see :class:`Packed`)."""
+    base, start = offsets(c.start)
+    comm_ids, comm = np.unique(c.comm, return_inverse=True)
+    columns = {"group": c.group, "comm": narrow(comm.reshape(-1)), "stream": narrow(c.stream),
+               "seq": narrow(c.seq), "start": start, "length": narrow(c.end - c.start), "bytes": narrow(c.bytes),
+               "before": narrow(c.start - c.before_start), "before_compute": narrow(c.before_compute),
+               "before_other_comm": narrow(c.before_other_comm)}
+    columns |= {f"idle.{cause}": narrow(v) for cause, v in c.before_idle.items()}
+    rest = {"long_calls": c.long_calls, "step_starts": c.step_starts, "step_ends": c.step_ends,
+            "session_start_utc_ns": c.session_start_utc_ns, "exposed": c.exposed}
+    return Packed(base, rows(columns), comm_ids, tuple(c.before_idle), rest)
+
+
+def unpack(p: Packed) -> Collectives:
+    """The :class:`Collectives` that :func:`pack` gave ``p`` for: the same values and types."""
+    r = p.rows
+    start = widened(p.start_base, r["start"])
+    return Collectives(
+        group=r["group"].astype(np.int8), comm=p.comm_ids[r["comm"]].astype(np.uint64),
+        stream=r["stream"].astype(np.int16), seq=r["seq"].astype(np.int32), start=start, end=start + r["length"],
+        bytes=r["bytes"].astype(np.int64), before_start=start - r["before"],
+        before_compute=r["before_compute"].astype(np.int64), before_other_comm=r["before_other_comm"].astype(np.int64),
+        before_idle={cause: r[f"idle.{cause}"].astype(np.int64) for cause in p.idle}, **p.rest)  # type: ignore[arg-type]
+
+
+class Unpacked(Mapping[int, Collectives]):
+    """Rank → its Collectives, unpacked from the packed ones as the cross-rank analysis asks for them; the
+    last :data:`CACHE` are kept (the join asks for the same late ranks again and again)."""
+
+    def __init__(self, packed: dict[int, Packed]) -> None:
+        self._packed = packed
+        self._get = lru_cache(maxsize=CACHE)(lambda rank: unpack(self._packed[rank]))
+
+    def __getitem__(self, rank: int) -> Collectives:
+        if rank not in self._packed:
+            raise KeyError(rank)
+        return self._get(rank)
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._packed)
+
+    def __len__(self) -> int:
+        return len(self._packed)
+
+
+CACHE = 64

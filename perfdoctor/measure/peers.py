@@ -17,6 +17,7 @@ splits in the same proportion as its exposed time inside and outside its wait in
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -75,7 +76,7 @@ class PeerWaits:
     waited: dict[str, np.ndarray] = field(default_factory=dict)
 
 
-def match(cols: dict[int, Collectives], exposed_ms: dict[int, dict[str, float | None]],
+def match(cols: Mapping[int, Collectives], exposed_ms: dict[int, dict[str, float | None]],
           config: dict[str, Any], world: int | None) -> PeerWaits:
     """Match every rank's collective instances with its peers and split waits from transfers."""
     frame = _instances(cols, config, world)
@@ -139,24 +140,29 @@ def _of_rank(per_rank: dict[int, int], ranks: np.ndarray) -> np.ndarray:
     return values[np.searchsorted(keys, ranks)]
 
 
-def _instances(cols: dict[int, Collectives], config: dict[str, Any],
+def _instances(cols: Mapping[int, Collectives], config: dict[str, Any],
                world: int | None) -> dict[str, np.ndarray] | None:
     """All ranks' instances in one table (column → array; ranks in ``cols`` order, each rank's in its
     order), with each one's communicator members, instance (group code of the matching key) and whether
     every member's instance is present; None when no rank has one."""
-    ranks = [rank for rank, c in cols.items() if len(c)]
-    parts = [cols[rank] for rank in ranks]
+    # Only the matching columns of each rank, one rank at a time (``cols`` may unpack them on demand:
+    # perfdoctor.measure.collectives.Unpacked).
+    ranks, parts = [], []
+    for rank, c in cols.items():
+        if len(c):
+            ranks.append(rank)
+            session = c.session_start_utc_ns or 0
+            parts.append((c.group, c.comm, c.stream, c.seq, c.start + session, c.end + session))
     if not parts:
         return None
+    group, comm, stream, seq, start, end = (list(column) for column in zip(*parts))
+    del parts
     # Communicators as codes in the order of their ids (few per rank: no sort of every instance's id).
-    comm_ids = np.unique(np.concatenate([np.unique(c.comm) for c in parts]))
-    frame = {"rank": np.repeat(np.array(ranks, dtype=np.int64), [len(c) for c in parts]),
-             "g": np.concatenate([c.group for c in parts]),
-             "c": np.concatenate([np.searchsorted(comm_ids, c.comm) for c in parts]),
-             "stream": np.concatenate([c.stream for c in parts]), "seq": np.concatenate([c.seq for c in parts]),
-             "start": np.concatenate([c.start + (c.session_start_utc_ns or 0) for c in parts]),
-             "end": np.concatenate([c.end + (c.session_start_utc_ns or 0) for c in parts]),
-             "i": np.concatenate([np.arange(len(c)) for c in parts])}
+    comm_ids = np.unique(np.concatenate([np.unique(c) for c in comm]))
+    frame = {"rank": np.repeat(np.array(ranks, dtype=np.int64), [len(g) for g in group]),
+             "g": np.concatenate(group), "c": np.concatenate([np.searchsorted(comm_ids, c) for c in comm]),
+             "stream": np.concatenate(stream), "seq": np.concatenate(seq), "start": np.concatenate(start),
+             "end": np.concatenate(end), "i": np.concatenate([np.arange(len(g)) for g in group])}
     # The (rank, group, communicator) pairs, in order of first appearance.
     by_pair = grouped.groups(frame["rank"], frame["g"], frame["c"])
     appearance = np.argsort(by_pair.order[by_pair.starts], kind="stable")
@@ -205,7 +211,7 @@ def _members(rank: int, group: str, config: dict[str, Any], world: int | None,
 
 
 def _align(matched: dict[str, np.ndarray], instances: grouped.Groups,
-           cols: dict[int, Collectives]) -> tuple[dict[int, int], float | None]:
+           cols: Mapping[int, Collectives]) -> tuple[dict[int, int], float | None]:
     """Per rank, the ns to add so matched collectives end together (median over its instances), and the
     median remaining distance of a member's end from its instance's median end."""
     offsets = {r: 0 for r in cols}
@@ -245,7 +251,7 @@ def _step_of(c: Collectives, t: np.ndarray) -> np.ndarray:
     return np.clip(np.searchsorted(c.step_starts, t, side="right") - 1, 0, max(len(c.step_starts) - 1, 0))
 
 
-def _late_per_rank(done: dict[str, np.ndarray], cols: dict[int, Collectives]) -> dict[int, float]:
+def _late_per_rank(done: dict[str, np.ndarray], cols: Mapping[int, Collectives]) -> dict[int, float]:
     """Per rank, the median over its steps of the others' wait it caused (per instance, the median over
     the members that waited)."""
     others = np.flatnonzero(done["rank"] != done["late"])
@@ -280,7 +286,8 @@ def arrival_context(c: Collectives, i: np.ndarray) -> np.ndarray:
     return np.column_stack([c.before_compute[i], *(c.before_idle[x][i] for x in CAUSES), c.before_other_comm[i]])
 
 
-def _straggler(done: dict[str, np.ndarray], cols: dict[int, Collectives], late: dict[int, float]) -> Straggler | None:
+def _straggler(done: dict[str, np.ndarray], cols: Mapping[int, Collectives],
+               late: dict[int, float]) -> Straggler | None:
     """The rank that caused the most wait, and why: its interval before each late arrival against the
     median of the members that waited for it, summed per step."""
     caused = (done["rank"] != done["late"]) & (done["wait"] > 0)
