@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+CHILD_TIMEOUT_S = 3600  # a hung child is killed and reported as an error, not waited on for ever
 
 
 @dataclass
@@ -111,20 +112,24 @@ def run_once(argv: list[str], cwd: Path = ROOT, env: dict[str, str] | None = Non
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:  # files: a chatty child cannot block
         t0 = time.perf_counter()
         proc = subprocess.Popen(argv, cwd=cwd, stdout=out, stderr=err, env=env)
+        killer = threading.Timer(CHILD_TIMEOUT_S, proc.kill)
+        killer.start()
         stop, peak = threading.Event(), [0]
         sampler = threading.Thread(target=_tree_rss, args=(proc.pid, stop, peak), daemon=True) if tree else None
         if sampler:
             sampler.start()
         _, status, usage = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - t0
+        killer.cancel()
         stop.set()
         if sampler:
             sampler.join()
         proc.returncode = os.waitstatus_to_exitcode(status)
         if proc.returncode != 0:
             err.seek(0)
-            tail = err.read().decode(errors="replace").strip()[-500:]
-            raise RuntimeError(f"{' '.join(map(str, argv))} exited {proc.returncode}: {tail}")
+            tail = (err.read().decode(errors="replace").strip().splitlines() or ["no message"])[-1][-500:]
+            why = f"killed after {CHILD_TIMEOUT_S} s" if wall >= CHILD_TIMEOUT_S else f"exited {proc.returncode}"
+            raise RuntimeError(f"{' '.join(map(str, argv))} {why}: {tail}")
         out.seek(0, os.SEEK_END)
         out.seek(max(0, out.tell() - 1000))
         reports = _reports(out.read())

@@ -14,8 +14,8 @@ Sections (``--sections``, default all, in this order):
   peak RSS of the CLI's whole process tree and the file size beside it; below it the in-process split
   (benchmarks/timed.py ``analyze``: imports, load, analysis, JSON) and, up to 1M, ``nsys stats``;
 * ``html``, ``readers``: the HTML report and the SQLite readers (benchmarks/bench_readers.py) at 1M;
-* ``ranks``: benchmarks/bench_ranks.py, 64 ranks ``--jobs 2`` vs ``--jobs 1``, and the peak RSS of 1,024
-  ranks against 128 (the same simulated rank);
+* ``ranks-jobs``, ``ranks-rss`` (``ranks``: both): benchmarks/bench_ranks.py, 64 ranks ``--jobs 2`` vs
+  ``--jobs 1``, and the peak RSS of 1,024 ranks against 128 (the same simulated rank);
 * ``memory``, ``peers``: benchmarks/bench_memory.py and benchmarks/bench_peers.py.
 
 Every "Done when" row of issue 25 is shown at the top, met or not met against its limit, computed from
@@ -51,14 +51,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from paired import ROOT, Sample, difference, machine, paired, perfdoctor, ratio, ratio_to_work  # noqa: E402
+from paired import CHILD_TIMEOUT_S, ROOT, Sample, difference, machine, paired, perfdoctor, ratio, ratio_to_work  # noqa: E402
 from timed import NEEDED_COLUMNS  # noqa: E402
 
 SMALL_EXPORT = ROOT / "sample_traces" / "real_h100" / "h100_2gpu_fastvideo.sqlite"
 RECORDED = ROOT / "benchmarks" / "recorded.json"
 SIZES = {"100k": 100_000, "1m": 1_000_000, "10m": 10_000_000, "30m": 30_000_000}
 BIG = ("10m", "30m")  # skipped by --quick; fewer rounds (--big-reps), no nsys stats
-SECTIONS = ("startup", "100k", "1m", "html", "readers", "10m", "30m", "ranks", "memory", "peers")
+SECTIONS = ("startup", "100k", "1m", "html", "readers", "10m", "30m", "ranks-jobs", "ranks-rss", "memory", "peers")
+ALIASES = {"ranks": ("ranks-jobs", "ranks-rss")}
 SCRIPTS = {"memory": ("Memory snapshots", "bench_memory.py"), "peers": ("Cross-rank matching", "bench_peers.py")}
 
 # Issue 25's limits ("Done when").
@@ -117,8 +118,8 @@ def trace(kernels: int, cache: Path) -> tuple[Path, float]:
                           str(kernels)], env={**os.environ, "PERFDOCTOR_BENCH_CACHE": str(cache)},
                          capture_output=True, text=True)
     if out.returncode != 0:
-        raise RuntimeError(f"make_big_trace.py --kernels {kernels} exited {out.returncode}: "
-                           f"{out.stderr.strip()[-500:]}")
+        last = (out.stderr.strip().splitlines() or ["no message"])[-1]
+        raise RuntimeError(f"make_big_trace.py --kernels {kernels} exited {out.returncode}: {last}")
     return Path(out.stdout.strip().splitlines()[-1]), time.perf_counter() - t0
 
 
@@ -198,7 +199,7 @@ def script_result(script: str, tmp: Path, *args: str, python: Path | str = sys.e
     result = tmp / f"{path.stem}.json"
     result.unlink(missing_ok=True)
     proc = subprocess.run([str(python), str(path), *args, "--json", str(result)], cwd=ROOT, capture_output=True,
-                          text=True)
+                          text=True, timeout=CHILD_TIMEOUT_S)
     if proc.returncode != 0 or not result.exists():
         tail = (proc.stderr.strip().splitlines() or ["no result written"])[-1]
         raise RuntimeError(f"`python benchmarks/{script} {' '.join(args)} --json FILE` gave no result "
@@ -226,23 +227,25 @@ def table_value(ext: dict, row_name: str, column_start: str) -> float:
     return float(number.group().replace(",", "")) * unit
 
 
-def ranks_case(tmp: Path, python: Path, reps: int, speed_ranks: int, speed_kernels: int,
-               flat_ranks: tuple[int, int], flat_kernels: int) -> dict:
-    """benchmarks/bench_ranks.py through its ``--json`` interface: the ``--jobs 2`` speed-up on
-    ``speed_ranks`` ranks, and the peak RSS of the process tree on ``flat_ranks`` ranks (fewer, more) of
-    the same simulated rank, one round each."""
-    speed = script_result("bench_ranks.py", tmp, "--ranks", str(speed_ranks), "--kernels", str(speed_kernels),
-                          "--repeat", str(reps), "--no-dask", python=python)
-    out = {"speed": speed, "speedup": table_value(speed, "--jobs 2", "speed-up"), "flat": {}}
-    for r in flat_ranks:
-        print(f"  {r:,} ranks × {flat_kernels:,} kernels ...", flush=True)
-        ext = script_result("bench_ranks.py", tmp, "--ranks", str(r), "--kernels", str(flat_kernels), "--repeat",
-                            "1", "--no-dask", python=python)
-        out["flat"][str(r)] = {"table": ext, "rss": {m: table_value(ext, m, "peak RSS") for m in ("--jobs 1",
-                                                                                                   "--jobs 2")}}
-    few, many = (out["flat"][str(r)]["rss"]["--jobs 2"] for r in flat_ranks)
-    out["flat_ratio"] = many / few
-    return out
+def jobs_case(tmp: Path, python: Path, reps: int, ranks: int, kernels: int) -> dict:
+    """benchmarks/bench_ranks.py through its ``--json`` interface: ``--jobs 2`` vs ``--jobs 1`` on a run of
+    ``ranks`` simulated ranks."""
+    table = script_result("bench_ranks.py", tmp, "--ranks", str(ranks), "--kernels", str(kernels), "--repeat",
+                          str(reps), "--no-dask", python=python)
+    return {"table": table, "speedup": table_value(table, "--jobs 2", "speed-up")}
+
+
+def flat_case(tmp: Path, python: Path, ranks: tuple[int, int], kernels: int) -> dict:
+    """benchmarks/bench_ranks.py on ``ranks`` (fewer, more) copies of the same simulated rank, one round each:
+    the peak RSS of the process tree with ``--jobs 2`` (and 1) against the number of ranks."""
+    runs = {}
+    for r in ranks:
+        print(f"  {r:,} ranks × {kernels:,} kernels ...", flush=True)
+        table = script_result("bench_ranks.py", tmp, "--ranks", str(r), "--kernels", str(kernels), "--repeat", "1",
+                              "--no-dask", python=python)
+        runs[r] = {"table": table, "rss": {m: table_value(table, m, "peak RSS") for m in ("--jobs 1", "--jobs 2")}}
+    few, many = (runs[r]["rss"]["--jobs 2"] for r in ranks)
+    return {"runs": runs, "few_rss": few, "many_rss": many, "ratio": many / few}
 
 
 def _usage(message: str) -> None:
@@ -265,7 +268,8 @@ def main() -> None:
                                              "runs, or with --quick; else printed)")
     ap.add_argument("--json", type=Path, help="also write the raw results here")
     args = ap.parse_args()
-    chosen = SECTIONS if args.sections is None else tuple(s.strip().lower() for s in args.sections.split(","))
+    chosen = SECTIONS if args.sections is None else tuple(
+        part for s in args.sections.split(",") for part in ALIASES.get(s.strip().lower(), (s.strip().lower(),)))
     unknown = [s for s in chosen if s not in SECTIONS]
     flat = tuple(int(r) for r in re.findall(r"\d+", args.flat_ranks))
     if unknown:
@@ -281,7 +285,7 @@ def main() -> None:
     results: dict = {"machine": machine(), "nsys": nsys_version(), "reps": args.reps, "big_reps": args.big_reps,
                      "command": " ".join(["python", "benchmarks/run_all.py", *sys.argv[1:]]), "skipped": skipped,
                      "sections": {}, "failed": {}, "traces": {},
-                     "speed_ranks": args.speed_ranks, "flat_ranks": flat}
+                     "speed_ranks": args.speed_ranks, "flat_ranks": list(flat)}
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         print("installing the wheel ...", flush=True)
@@ -300,8 +304,8 @@ def main() -> None:
             "html": lambda: html_case(trace(SIZES["1m"], cache)[0], args.reps, tmp, bin_dir),
             "readers": lambda: script_result("bench_readers.py", tmp, str(trace(SIZES["1m"], cache)[0]), "--reps",
                                              str(args.reps), python=python),
-            "ranks": lambda: ranks_case(tmp, python, min(args.reps, 5), args.speed_ranks, args.speed_kernels, flat,
-                                        args.flat_kernels),
+            "ranks-jobs": lambda: jobs_case(tmp, python, min(args.reps, 5), args.speed_ranks, args.speed_kernels),
+            "ranks-rss": lambda: flat_case(tmp, python, flat, args.flat_kernels),
             **{name: (lambda script=script: script_result(script, tmp)) for name, (_, script) in SCRIPTS.items()},
         }
         for name in run:
@@ -348,7 +352,7 @@ def _met(good: bool) -> str:
 def _state(r: dict, section: str) -> str | None:
     """Why a section has no measurement (failed / skipped), None when it has one."""
     if section in r["failed"]:
-        return f"**failed**: {r['failed'][section]}"
+        return "**failed**: " + " ".join(r["failed"][section].split()).replace("|", "\\|")
     if section in r["skipped"]:
         return f"not measured in this run ({r['skipped'][section]})"
     return None
@@ -381,19 +385,14 @@ def summary(r: dict) -> list[str]:
         if name not in RATIO_LIMIT:
             row(name, f"{n} kernels: whole CLI / C scan", "—",
                 lambda k: (f"{k['ratio']:.2f}× ({_s(k['cli_s'])} / {_s(k['scan_s'])})", None))
-    row("ranks", f"{r.get('speed_ranks', 64)} ranks: `--jobs 2` speed-up over `--jobs 1`", f"≥ {JOBS_SPEEDUP_LIMIT}×",
+    row("ranks-jobs", f"{r['speed_ranks']} ranks: `--jobs 2` speed-up over `--jobs 1`", f"≥ {JOBS_SPEEDUP_LIMIT}×",
         lambda k: (f"{k['speedup']:.2f}×", k["speedup"] >= JOBS_SPEEDUP_LIMIT))
-    few, many = r.get("flat_ranks", (128, 1024))
-    row("ranks", f"{many:,} ranks: peak RSS (`--jobs 2`, process tree) flat against {few:,} ranks",
-        f"≤ {FLAT_RSS_LIMIT}× the {few:,} ranks'", _flat_cell)
+    few, many = r["flat_ranks"]
+    row("ranks-rss", f"{many:,} ranks: peak RSS (`--jobs 2`, process tree) flat against {few:,} ranks",
+        f"≤ {FLAT_RSS_LIMIT}× the {few:,} ranks'",
+        lambda k: (f"{k['ratio']:.2f}× ({_mb(k['many_rss'])} vs {_mb(k['few_rss'])})", k["ratio"] <= FLAT_RSS_LIMIT))
     lines = ["| Done when (issue 25) | measured | limit | |", "|---|---|---|---|"]
     return lines + [f"| {' | '.join(cells)} |" for cells in rows]
-
-
-def _flat_cell(k: dict) -> tuple[str, bool]:
-    (few, a), (many, b) = ((int(n), v["rss"]["--jobs 2"]) for n, v in k["flat"].items())
-    shown = f"{k['flat_ratio']:.2f}× ({many:,} ranks {_mb(b)}, {few:,} ranks {_mb(a)})"
-    return shown, k["flat_ratio"] <= FLAT_RSS_LIMIT
 
 
 def _script_section(ext: dict) -> list[str]:
@@ -472,20 +471,26 @@ def _kernels_sections(r: dict) -> list[str]:
 
 
 def _ranks_section(r: dict) -> list[str]:
-    lines = ["## Ranks", ""]
-    state = _state(r, "ranks")
-    if state is not None:
+    lines = ["## Ranks", "",
+             "`benchmarks/bench_ranks.py`: `perfdoctor analyze RUN --format json` of a run of simulated ranks (one",
+             "rank copied, each copy its own rank) per executor; peak RSS of the whole process tree.", "",
+             f"### `--jobs 2` vs `--jobs 1`, {r['speed_ranks']} ranks", ""]
+    if (state := _state(r, "ranks-jobs")) is not None:
+        lines.append(state)
+    else:
+        k = r["sections"]["ranks-jobs"]
+        met = _met(k["speedup"] >= JOBS_SPEEDUP_LIMIT)
+        lines += [f"Speed-up {k['speedup']:.2f}× (limit ≥ {JOBS_SPEEDUP_LIMIT}×: {met}).", ""]
+        lines += _script_section(k["table"])
+    few, many = r["flat_ranks"]
+    lines += ["", f"### Peak RSS against the number of ranks: {many:,} vs {few:,}", ""]
+    if (state := _state(r, "ranks-rss")) is not None:
         return lines + [state]
-    k = r["sections"]["ranks"]
-    few, many = (int(n) for n in k["flat"])
-    lines += [f"`benchmarks/bench_ranks.py`: `perfdoctor analyze RUN --format json` of a run of simulated ranks per "
-              f"executor. Speed-up: `--jobs 2` vs `--jobs 1` (limit ≥ {JOBS_SPEEDUP_LIMIT}×): "
-              f"{k['speedup']:.2f}×, {_met(k['speedup'] >= JOBS_SPEEDUP_LIMIT)}.", ""]
-    lines += _script_section(k["speed"])
-    lines += ["", f"Peak RSS against the number of ranks (one round each, the same simulated rank copied): "
-              f"{many:,} ranks peak at {k['flat_ratio']:.2f}× the {few:,} ranks' with `--jobs 2` (limit ≤ "
-              f"{FLAT_RSS_LIMIT}× for {many // few}× the ranks: {_met(k['flat_ratio'] <= FLAT_RSS_LIMIT)})."]
-    for n, v in k["flat"].items():
+    k = r["sections"]["ranks-rss"]
+    lines += [f"One round each, the same simulated rank. With `--jobs 2` the {many:,} ranks peak at {k['ratio']:.2f}× "
+              f"the {few:,} ranks' (limit ≤ {FLAT_RSS_LIMIT}× for {many / few:g}× the ranks: "
+              f"{_met(k['ratio'] <= FLAT_RSS_LIMIT)})."]
+    for n, v in k["runs"].items():
         lines += ["", f"{int(n):,} ranks:", ""] + _script_section(v["table"])
     return lines
 
