@@ -190,9 +190,11 @@ def html_case(path: Path, reps: int, tmp: Path, bin_dir: Path) -> dict:
             "page_bytes": page.stat().st_size}
 
 
-def script_result(script: str, tmp: Path, *args: str, python: Path | str = sys.executable) -> dict:
+def script_result(script: str, tmp: Path, *args: str, python: Path | str = sys.executable,
+                  shown: tuple[str, ...] | None = None) -> dict:
     """The JSON result of ``python benchmarks/<script> [ARGS] --json FILE`` (see the module docstring);
-    an error when the script is missing, fails or writes no result."""
+    an error when the script is missing, fails or writes no result. ``shown``: the arguments as the docs
+    show them (default ARGS; a cached trace's path reads better as FILE)."""
     path = ROOT / "benchmarks" / script
     if not path.exists():
         raise RuntimeError(f"benchmarks/{script} is not in this checkout")
@@ -204,7 +206,7 @@ def script_result(script: str, tmp: Path, *args: str, python: Path | str = sys.e
         tail = (proc.stderr.strip().splitlines() or ["no result written"])[-1]
         raise RuntimeError(f"`python benchmarks/{script} {' '.join(args)} --json FILE` gave no result "
                            f"(exit {proc.returncode}: {tail})")
-    return json.loads(result.read_text()) | {"args": list(args)}
+    return json.loads(result.read_text()) | {"args": list(args if shown is None else shown)}
 
 
 _UNIT = {"MiB": 2**20, "MB": 10**6, "GiB": 2**30, "GB": 10**9, "KiB": 2**10}
@@ -303,7 +305,7 @@ def main() -> None:
             **{name: (lambda name=name: kernels(name)) for name in SIZES},
             "html": lambda: html_case(trace(SIZES["1m"], cache)[0], args.reps, tmp, bin_dir),
             "readers": lambda: script_result("bench_readers.py", tmp, str(trace(SIZES["1m"], cache)[0]), "--reps",
-                                             str(args.reps), python=python),
+                                             str(args.reps), python=python, shown=("FILE", "--reps", str(args.reps))),
             "ranks-jobs": lambda: jobs_case(tmp, python, min(args.reps, 5), args.speed_ranks, args.speed_kernels),
             "ranks-rss": lambda: flat_case(tmp, python, flat, args.flat_kernels),
             **{name: (lambda script=script: script_result(script, tmp)) for name, (_, script) in SCRIPTS.items()},
@@ -319,6 +321,7 @@ def main() -> None:
             print(f"{name}: {'failed' if name in results['failed'] else 'done'} in {time.time() - t0:.0f} s",
                   flush=True)
     results["elapsed_s"] = time.time() - started
+    results["load_at_end"] = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     text = render(results)
     print("\n".join(summary(results)))
     if out is not None:
@@ -508,7 +511,8 @@ def render(r: dict) -> str:
         "RSS include start-up.",
         "",
         f"- Machine: {r['machine']}",
-        f"- Command: `{r['command']}` · whole run took {r['elapsed_s'] / 60:.1f} min",
+        f"- Command: `{r['command']}` · whole run took {r['elapsed_s'] / 60:.1f} min"
+        + (f", load average {r['load_at_end']:.1f} at its end" if r.get("load_at_end") is not None else ""),
         "",
         "## Summary",
         "",
