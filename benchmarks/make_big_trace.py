@@ -12,7 +12,8 @@ first when missing (see :func:`cached`).
 Speed: the columns are drawn with numpy for the whole trace (the same draws, in the same order, for any
 size of insert batch, so a seed gives the same file however it is written), then inserted in batches of
 ``BATCH`` rows, binding only the values that vary (constants are SQL literals): Python objects exist for
-one batch at a time, so a 30M-kernel trace (3.3 GB) is written with about 1.5 GB of memory.
+one batch at a time, so a 30M-kernel trace (3.3 GB) is written with under 2 GB of memory. The file for a
+seed is byte for byte the one the unbatched version wrote.
 """
 
 from __future__ import annotations
@@ -32,15 +33,6 @@ HERE = Path(__file__).resolve()
 DDL = HERE.parents[1] / "perfdoctor" / "synth" / "ddl" / "2024.2.3.sql"
 BATCH = 1_000_000
 PID = 4242
-GPID = (1 << 48) | (PID << 24)
-GTID = GPID | PID
-KERNEL_INSERT = (
-    "INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL (start, end, deviceId, contextId, streamId, correlationId, "
-    "globalPid, demangledName, shortName, launchType, gridX, blockX, gridY, gridZ, blockY, blockZ, "
-    "registersPerThread, staticSharedMemory, dynamicSharedMemory, localMemoryPerThread, localMemoryTotal, "
-    f"gridId) VALUES (?1, ?2, 0, 0, ?3, ?4, {GPID}, ?5, ?5, 1, 128, 256, 1, 1, 1, 1, 32, 0, 0, 0, 0, 0)")
-RUNTIME_INSERT = ("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME (start, end, eventClass, globalTid, correlationId, "
-                  f"nameId, returnValue) VALUES (?1, ?1 + 3000, 0, {GTID}, ?2, 201, 0)")
 
 
 def create_tables(conn: sqlite3.Connection) -> None:
@@ -53,6 +45,46 @@ def batches(columns: list[np.ndarray], size: int = BATCH) -> Iterator[tuple]:
     without a trace's worth of Python objects)."""
     return chain.from_iterable(zip(*(c[lo:lo + size].tolist() for c in columns))
                                for lo in range(0, len(columns[0]), size))
+
+
+def insert_kernels(conn: sqlite3.Connection, start: np.ndarray, end: np.ndarray, stream: np.ndarray,
+                   corr: np.ndarray, name: np.ndarray, device: int, gpid: int) -> None:
+    """Kernel rows binding only the per-row values (the name id is bound once for both name columns)."""
+    conn.executemany(
+        "INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL (start, end, deviceId, contextId, streamId, correlationId, "
+        "globalPid, demangledName, shortName, launchType, gridX, blockX, gridY, gridZ, blockY, blockZ, "
+        "registersPerThread, staticSharedMemory, dynamicSharedMemory, localMemoryPerThread, localMemoryTotal, "
+        f"gridId) VALUES (?1, ?2, {device:d}, 0, ?3, ?4, {gpid:d}, ?5, ?5, 1, 128, 256, 1, 1, 1, 1, 32, 0, 0, 0, 0, 0)",
+        batches([start, end, stream, corr, name]))
+
+
+def insert_runtime(conn: sqlite3.Connection, start: np.ndarray, corr: np.ndarray, gtid: int) -> None:
+    """cudaLaunchKernel rows of 3 µs each, binding only start and correlation id."""
+    conn.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME (start, end, eventClass, globalTid, correlationId, "
+                     f"nameId, returnValue) VALUES (?1, ?1 + 3000, 0, {gtid:d}, ?2, 201, 0)", batches([start, corr]))
+
+
+def write_process(conn: sqlite3.Connection, rng: np.random.Generator, kernels: int, pid: int = PID,
+                  device: int = 0) -> None:
+    """One process's kernels on one GPU, its thread's CUDA launch calls and NVTX step ranges."""
+    gpid = (1 << 48) | (pid << 24)
+    gtid = gpid | pid
+    conn.execute("INSERT INTO PROCESSES VALUES (?, ?, 'python3')", (gpid, pid))
+    dur = rng.integers(2_000, 60_000, kernels)
+    start = np.cumsum(dur + rng.integers(0, 3_000, kernels)) + 1_000_000
+    name = rng.integers(0, 201, kernels)
+    corr = np.arange(1, kernels + 1)
+    # One thread launches in order, each call before its kernel (the i-th smallest of start - lag is below
+    # start[i]): a thread's CUDA calls are never out of order, and measurements rely on that fast path.
+    api_start = np.sort(start - rng.integers(5_000, 50_000, kernels))
+    insert_kernels(conn, start, start + dur, np.where(name == 200, 20, 7), corr, name, device, gpid)
+    del dur, name
+    insert_runtime(conn, api_start, corr, gtid)
+    steps = max(1, kernels // 10_000)
+    edges = np.linspace(0, kernels - 1, steps + 1).astype(int)
+    conn.executemany("INSERT INTO NVTX_EVENTS (start, end, eventType, globalTid, textId, domainId) "
+                     "VALUES (?, ?, 59, ?, 202, 0)",
+                     [(int(api_start[a]), int(start[b]), gtid) for a, b in zip(edges[:-1], edges[1:])])
 
 
 def write(path: Path, kernels: int, seed: int = 0) -> None:
@@ -68,22 +100,7 @@ def write(path: Path, kernels: int, seed: int = 0) -> None:
     conn.executemany("INSERT INTO META_DATA_EXPORT VALUES (?, ?)",
                      [("EXPORT_PRODUCT_VERSION", "2024.2.3.38"), ("EXPORT_SCHEMA_VERSION", "3.11.1")])
     conn.execute("INSERT INTO TARGET_INFO_SESSION_START_TIME VALUES (1700000000000000000, 't', 't')")
-    conn.execute("INSERT INTO PROCESSES VALUES (?, ?, 'python3')", (GPID, PID))
-    dur = rng.integers(2_000, 60_000, kernels)
-    start = np.cumsum(dur + rng.integers(0, 3_000, kernels)) + 1_000_000
-    name = rng.integers(0, 201, kernels)
-    corr = np.arange(1, kernels + 1)
-    # One thread launches in order, each call before its kernel (the i-th smallest of start - lag is below
-    # start[i]): a thread's CUDA calls are never out of order, and measurements rely on that fast path.
-    api_start = np.sort(start - rng.integers(5_000, 50_000, kernels))
-    conn.executemany(KERNEL_INSERT, batches([start, start + dur, np.where(name == 200, 20, 7), corr, name]))
-    del dur, name
-    conn.executemany(RUNTIME_INSERT, batches([api_start, corr]))
-    steps = max(1, kernels // 10_000)
-    edges = np.linspace(0, kernels - 1, steps + 1).astype(int)
-    conn.executemany("INSERT INTO NVTX_EVENTS (start, end, eventType, globalTid, textId, domainId) "
-                     "VALUES (?, ?, 59, ?, 202, 0)",
-                     [(int(api_start[a]), int(start[b]), GTID) for a, b in zip(edges[:-1], edges[1:])])
+    write_process(conn, rng, kernels)
     conn.commit()
     conn.close()
 
