@@ -25,6 +25,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 CHILD_TIMEOUT_S = 3600  # a hung child is killed and reported as an error, not waited on for ever
+MEMORY_FLOOR = 2 * 2**30  # a measured process tree is killed when the machine has less available (_tree_rss)
 
 
 @dataclass
@@ -64,10 +65,13 @@ class Sample:
         return statistics.median(xs) if xs else None
 
 
-def _tree_rss(pid: int, stop: threading.Event, peak: list[int], every_s: float = 0.02) -> None:
-    """Sample the summed RSS of ``pid`` and all its descendants until ``stop``: ``os.wait4`` gives one
-    process's peak, and an analysis may run in a pool of worker processes. The sum counts pages a forked
-    worker shares with its parent twice: an upper bound, which is the safe side for a memory limit."""
+def _tree_rss(pid: int, stop: threading.Event, seen: dict[str, int], every_s: float = 0.02) -> None:
+    """Sample the summed RSS of ``pid`` and all its descendants until ``stop`` into ``seen["peak"]``:
+    ``os.wait4`` gives one process's peak, and an analysis may run in a pool of worker processes. The sum
+    counts pages a forked worker shares with its parent twice: an upper bound, the safe side for a memory
+    limit. When the machine's available memory falls under MEMORY_FLOOR the tree is killed and
+    ``seen["starved"]`` set: on a shared machine a run that outgrows it fails, instead of the kernel's
+    out-of-memory killer picking some other user's process."""
     import psutil  # only when a tree is measured
 
     try:
@@ -85,7 +89,15 @@ def _tree_rss(pid: int, stop: threading.Event, peak: list[int], every_s: float =
                 total += proc.memory_info().rss
             except psutil.Error:
                 pass
-        peak[0] = max(peak[0], total)
+        seen["peak"] = max(seen["peak"], total)
+        if psutil.virtual_memory().available < MEMORY_FLOOR:
+            seen["starved"] = 1
+            for proc in reversed(tree):
+                try:
+                    proc.kill()
+                except psutil.Error:
+                    pass
+            return
         stop.wait(every_s)
 
 
@@ -114,8 +126,8 @@ def run_once(argv: list[str], cwd: Path = ROOT, env: dict[str, str] | None = Non
         proc = subprocess.Popen(argv, cwd=cwd, stdout=out, stderr=err, env=env)
         killer = threading.Timer(CHILD_TIMEOUT_S, proc.kill)
         killer.start()
-        stop, peak = threading.Event(), [0]
-        sampler = threading.Thread(target=_tree_rss, args=(proc.pid, stop, peak), daemon=True) if tree else None
+        stop, seen = threading.Event(), {"peak": 0, "starved": 0}
+        sampler = threading.Thread(target=_tree_rss, args=(proc.pid, stop, seen), daemon=True) if tree else None
         if sampler:
             sampler.start()
         _, status, usage = os.wait4(proc.pid, 0)
@@ -128,12 +140,14 @@ def run_once(argv: list[str], cwd: Path = ROOT, env: dict[str, str] | None = Non
         if proc.returncode != 0:
             err.seek(0)
             tail = (err.read().decode(errors="replace").strip().splitlines() or ["no message"])[-1][-500:]
-            why = f"killed after {CHILD_TIMEOUT_S} s" if wall >= CHILD_TIMEOUT_S else f"exited {proc.returncode}"
+            why = (f"killed when the machine had under {MEMORY_FLOOR / 2**30:.0f} GiB available (its process tree "
+                   f"at {seen['peak'] / 1e6:,.0f} MB)" if seen["starved"] else
+                   f"killed after {CHILD_TIMEOUT_S} s" if wall >= CHILD_TIMEOUT_S else f"exited {proc.returncode}")
             raise RuntimeError(f"{' '.join(map(str, argv))} {why}: {tail}")
         out.seek(0, os.SEEK_END)
         out.seek(max(0, out.tell() - 1000))
         reports = _reports(out.read())
-    return wall, max(usage.ru_maxrss * 1024, peak[0]), reports  # Linux reports ru_maxrss in KiB
+    return wall, max(usage.ru_maxrss * 1024, seen["peak"]), reports  # Linux reports ru_maxrss in KiB
 
 
 def paired(contenders: dict[str, list[str]], reps: int = 5, warmup: int = 1,

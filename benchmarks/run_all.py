@@ -358,7 +358,7 @@ def _state(r: dict, section: str) -> str | None:
         return "**failed**: " + " ".join(r["failed"][section].split()).replace("|", "\\|")
     if section in r["skipped"]:
         return f"not measured in this run ({r['skipped'][section]})"
-    return None
+    return None if section in r["sections"] else "not measured in this run"
 
 
 def summary(r: dict) -> list[str]:
