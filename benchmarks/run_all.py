@@ -20,7 +20,9 @@ Sections (``--sections``, default all, in this order):
 
 Every "Done when" row of issue 25 is shown at the top, met or not met against its limit, computed from
 this run's measurement. A section that fails (a command exits non-zero, a script writes no result) is
-reported as failed in its place and in the summary, and the run exits 1: never silently dropped.
+reported as failed in its place and in the summary, and the run exits 1: never silently dropped. So is a
+measured process tree that leaves the machine under 2 GiB of available memory (killed: benchmarks/paired.py)
+or runs past an hour.
 
 Traces are cached (benchmarks/make_big_trace.py ``--cached``: ``$PERFDOCTOR_BENCH_CACHE`` or
 ``~/.cache/perfdoctor-bench``, keyed by size, seed and the generator's hash); a 30M-kernel trace is 3.3 GB.
@@ -190,11 +192,10 @@ def html_case(path: Path, reps: int, tmp: Path, bin_dir: Path) -> dict:
             "page_bytes": page.stat().st_size}
 
 
-def script_result(script: str, tmp: Path, *args: str, python: Path | str = sys.executable,
-                  shown: tuple[str, ...] | None = None) -> dict:
+def script_result(script: str, tmp: Path, *args: str, python: Path | str = sys.executable) -> dict:
     """The JSON result of ``python benchmarks/<script> [ARGS] --json FILE`` (see the module docstring);
-    an error when the script is missing, fails or writes no result. ``shown``: the arguments as the docs
-    show them (default ARGS; a cached trace's path reads better as FILE)."""
+    an error when the script is missing, fails or writes no result. A result whose command names no
+    arguments gets ARGS appended, so the docs say what ran."""
     path = ROOT / "benchmarks" / script
     if not path.exists():
         raise RuntimeError(f"benchmarks/{script} is not in this checkout")
@@ -206,7 +207,10 @@ def script_result(script: str, tmp: Path, *args: str, python: Path | str = sys.e
         tail = (proc.stderr.strip().splitlines() or ["no result written"])[-1]
         raise RuntimeError(f"`python benchmarks/{script} {' '.join(args)} --json FILE` gave no result "
                            f"(exit {proc.returncode}: {tail})")
-    return json.loads(result.read_text()) | {"args": list(args if shown is None else shown)}
+    out = json.loads(result.read_text())
+    if out.get("command", "").endswith(script):  # a command without its arguments: show the ones given
+        out["command"] = " ".join([out["command"], *args])
+    return out
 
 
 _UNIT = {"MiB": 2**20, "MB": 10**6, "GiB": 2**30, "GB": 10**9, "KiB": 2**10}
@@ -305,7 +309,7 @@ def main() -> None:
             **{name: (lambda name=name: kernels(name)) for name in SIZES},
             "html": lambda: html_case(trace(SIZES["1m"], cache)[0], args.reps, tmp, bin_dir),
             "readers": lambda: script_result("bench_readers.py", tmp, str(trace(SIZES["1m"], cache)[0]), "--reps",
-                                             str(args.reps), python=python, shown=("FILE", "--reps", str(args.reps))),
+                                             str(args.reps), python=python),
             "ranks-jobs": lambda: jobs_case(tmp, python, min(args.reps, 5), args.speed_ranks, args.speed_kernels),
             "ranks-rss": lambda: flat_case(tmp, python, flat, args.flat_kernels),
             **{name: (lambda script=script: script_result(script, tmp)) for name, (_, script) in SCRIPTS.items()},
@@ -399,8 +403,7 @@ def summary(r: dict) -> list[str]:
 
 
 def _script_section(ext: dict) -> list[str]:
-    cmd = " ".join([ext["command"], *ext.get("args", [])])
-    lines = [f"`{cmd}`", "", "| " + " | ".join(ext["columns"]) + " |", "|" + "---|" * len(ext["columns"])]
+    lines = [f"`{ext['command']}`", "", "| " + " | ".join(ext["columns"]) + " |", "|" + "---|" * len(ext["columns"])]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in ext["rows"]]
     return lines + (["", ext["notes"]] if ext.get("notes") else [])
 
