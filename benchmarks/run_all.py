@@ -82,9 +82,9 @@ def timed(what: str, path: Path, python: Path | str = sys.executable) -> list[st
     return [str(python), str(ROOT / "benchmarks" / "timed.py"), what, str(path)]
 
 
-def cli(path: Path, bin_dir: Path, *extra: str) -> list[str]:
+def cli(path: Path, bin_dir: Path) -> list[str]:
     """What a user runs: the installed console script, JSON report thrown away."""
-    return perfdoctor("analyze", str(path), "--format", "json", "-o", os.devnull, *extra, bin_dir=bin_dir)
+    return perfdoctor("analyze", str(path), "--format", "json", "-o", os.devnull, bin_dir=bin_dir)
 
 
 def install_wheel(tmp: Path) -> Path:
