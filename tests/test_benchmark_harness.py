@@ -26,6 +26,7 @@ def test_reports_are_the_name_value_lines_that_end_the_output():
 
 
 def test_tree_peak_counts_a_grandchild():
+    pytest.importorskip("psutil")
     grandchild = "import time; b = bytearray(300_000_000); b[::4096] = b'x' * len(b[::4096]); time.sleep(0.5)"
     child = f"import subprocess, sys; subprocess.run([sys.executable, '-c', {grandchild!r}], check=True)"
     _, rss, _ = paired.run_once([sys.executable, "-c", child], tree=True)
@@ -33,6 +34,7 @@ def test_tree_peak_counts_a_grandchild():
 
 
 def test_a_tree_that_starves_the_machine_is_killed_and_reported(monkeypatch):
+    pytest.importorskip("psutil")  # the tree sampler's (installed with the distributed extra)
     monkeypatch.setattr(paired, "MEMORY_FLOOR", 1 << 60)  # more than any machine has
     with pytest.raises(RuntimeError, match="available"):
         paired.run_once([sys.executable, "-c", "import time; time.sleep(30)"], tree=True)
