@@ -15,23 +15,33 @@ import os
 import platform
 import statistics
 import subprocess
+import sys
 import tempfile
+import threading
 import time
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+CHILD_TIMEOUT_S = 3600  # a hung child is killed and reported as an error, not waited on for ever
+MEMORY_FLOOR = 2 * 2**30  # a measured process tree is killed when the machine has less available (_tree_rss)
 
 
 @dataclass
 class Sample:
-    """Wall times (s), peak resident set sizes (bytes) and, for a child that reports it (a line
-    ``elapsed_s=<seconds>``, see benchmarks/timed.py), its own timing of the work: one entry per repetition."""
+    """Wall times (s), peak resident set sizes (bytes) and, for a child that reports them (lines
+    ``name=<seconds>`` at the end of its output, see benchmarks/timed.py), its own timings: one entry per
+    repetition. ``work_s`` is the child's ``elapsed_s``, the work it timed after its imports."""
 
     argv: list[str]
     wall_s: list[float] = field(default_factory=list)
     rss: list[int] = field(default_factory=list)
-    work_s: list[float] = field(default_factory=list)
+    reports: list[dict[str, float]] = field(default_factory=list)
+
+    @property
+    def work_s(self) -> list[float]:
+        return [r["elapsed_s"] for r in self.reports if "elapsed_s" in r]
 
     @property
     def median_work_s(self) -> float:
@@ -45,34 +55,108 @@ class Sample:
     def median_rss(self) -> int:
         return int(statistics.median(self.rss))
 
+    @property
+    def max_rss(self) -> int:
+        return max(self.rss)
 
-def run_once(argv: list[str], cwd: Path = ROOT, env: dict[str, str] | None = None) -> tuple[float, int, float | None]:
-    """Wall time, peak RSS and the child's own ``elapsed_s=`` report (None without one) of one child
-    process; a failing command is an error, not a fast sample. Linux reports a child's peak RSS as the
-    larger of its own and that of the copy of this process it was forked as (measured: ``python -c pass``
-    peaks at 27 MB from a small parent, at 313 MB from one holding 300 MB), so the measuring process
-    must stay small: run_all writes its traces in a child."""
+    def median_report(self, name: str) -> float | None:
+        """Median of the child's ``name=`` reports, None when it never made one."""
+        xs = [r[name] for r in self.reports if name in r]
+        return statistics.median(xs) if xs else None
+
+
+def _tree_rss(pid: int, stop: threading.Event, seen: dict[str, int], every_s: float = 0.02) -> None:
+    """Sample the summed RSS of ``pid`` and all its descendants until ``stop`` into ``seen["peak"]``:
+    ``os.wait4`` gives one process's peak, and an analysis may run in a pool of worker processes. The sum
+    counts pages a forked worker shares with its parent twice: an upper bound, the safe side for a memory
+    limit. When the machine's available memory falls under MEMORY_FLOOR the tree is killed and
+    ``seen["starved"]`` set: on a shared machine a run that outgrows it fails, instead of the kernel's
+    out-of-memory killer picking some other user's process."""
+    import psutil  # only when a tree is measured
+
+    try:
+        root = psutil.Process(pid)
+    except psutil.Error:
+        return
+    while not stop.is_set():
+        total = 0
+        try:
+            tree = [root, *root.children(recursive=True)]
+        except psutil.Error:
+            tree = [root]
+        for proc in tree:
+            try:
+                total += proc.memory_info().rss
+            except psutil.Error:
+                pass
+        seen["peak"] = max(seen["peak"], total)
+        if psutil.virtual_memory().available < MEMORY_FLOOR:
+            seen["starved"] = 1
+            for proc in reversed(tree):
+                try:
+                    proc.kill()
+                except psutil.Error:
+                    pass
+            return
+        stop.wait(every_s)
+
+
+def _reports(stdout_tail: bytes) -> dict[str, float]:
+    """The ``name=<number>`` lines that end a child's output (benchmarks/timed.py)."""
+    out: dict[str, float] = {}
+    for line in reversed(stdout_tail.decode(errors="replace").strip().splitlines()):
+        name, _, value = line.partition("=")
+        try:
+            out.setdefault(name.strip(), float(value))
+        except ValueError:  # no "=", or not a number: the child's own output
+            break
+    return out
+
+
+def run_once(argv: list[str], cwd: Path = ROOT, env: dict[str, str] | None = None,
+             tree: bool = False) -> tuple[float, int, dict[str, float]]:
+    """Wall time, peak RSS and the child's own ``name=`` reports (see :func:`_reports`) of one child
+    process; a failing command is an error, not a fast sample. ``tree``: the peak is that of the summed
+    RSS of the process and its descendants, sampled every 20 ms (or the child's own peak when larger).
+    Linux reports a child's peak RSS as the larger of its own and that of the copy of this process it
+    was forked as (measured: ``python -c pass`` peaks at 27 MB from a small parent, at 313 MB from one
+    holding 300 MB), so the measuring process must stay small: run_all writes its traces in a child."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:  # files: a chatty child cannot block
         t0 = time.perf_counter()
         proc = subprocess.Popen(argv, cwd=cwd, stdout=out, stderr=err, env=env)
+        killer = threading.Timer(CHILD_TIMEOUT_S, proc.kill)
+        killer.start()
+        stop, seen = threading.Event(), {"peak": 0, "starved": 0}
+        sampler = threading.Thread(target=_tree_rss, args=(proc.pid, stop, seen), daemon=True) if tree else None
+        if sampler:
+            sampler.start()
         _, status, usage = os.wait4(proc.pid, 0)
         wall = time.perf_counter() - t0
+        killer.cancel()
+        stop.set()
+        if sampler:
+            sampler.join()
         proc.returncode = os.waitstatus_to_exitcode(status)
         if proc.returncode != 0:
             err.seek(0)
-            tail = err.read().decode(errors="replace").strip()[-500:]
-            raise RuntimeError(f"{' '.join(map(str, argv))} exited {proc.returncode}: {tail}")
-        out.seek(0)
-        tail = out.read()[-200:].decode(errors="replace").strip().splitlines()
-    work = float(tail[-1].split("=", 1)[1]) if tail and tail[-1].startswith("elapsed_s=") else None
-    return wall, usage.ru_maxrss * 1024, work  # Linux reports KiB
+            tail = (err.read().decode(errors="replace").strip().splitlines() or ["no message"])[-1][-500:]
+            why = (f"killed when the machine had under {MEMORY_FLOOR / 2**30:.0f} GiB available (its process tree "
+                   f"at {seen['peak'] / 1e6:,.0f} MB)" if seen["starved"] else
+                   f"killed after {CHILD_TIMEOUT_S} s" if wall >= CHILD_TIMEOUT_S else f"exited {proc.returncode}")
+            raise RuntimeError(f"{' '.join(map(str, argv))} {why}: {tail}")
+        out.seek(0, os.SEEK_END)
+        out.seek(max(0, out.tell() - 1000))
+        reports = _reports(out.read())
+    return wall, max(usage.ru_maxrss * 1024, seen["peak"]), reports  # Linux reports ru_maxrss in KiB
 
 
 def paired(contenders: dict[str, list[str]], reps: int = 5, warmup: int = 1,
-           env: dict[str, str] | None = None) -> dict[str, Sample]:
+           env: dict[str, str] | None = None, tree: Collection[str] = (),
+           progress: bool = False) -> dict[str, Sample]:
     """Run every contender ``reps`` times, alternating the order each round (ABBA…), after ``warmup``
     unrecorded rounds that fill the page cache and the import caches for all of them alike; ``env``:
-    the children's environment (default: this process's)."""
+    the children's environment (default: this process's); ``tree``: the contenders whose peak RSS is
+    their whole process tree's (:func:`run_once`); ``progress``: one line per run on stderr (long cases)."""
     samples = {name: Sample(argv) for name, argv in contenders.items()}
     names = list(contenders)
     for _ in range(warmup):
@@ -80,11 +164,12 @@ def paired(contenders: dict[str, list[str]], reps: int = 5, warmup: int = 1,
             run_once(contenders[name], env=env)
     for i in range(reps):
         for name in (names if i % 2 == 0 else names[::-1]):
-            wall, rss, work = run_once(contenders[name], env=env)
+            wall, rss, reports = run_once(contenders[name], env=env, tree=name in tree)
             samples[name].wall_s.append(wall)
             samples[name].rss.append(rss)
-            if work is not None:
-                samples[name].work_s.append(work)
+            samples[name].reports.append(reports)
+            if progress:
+                print(f"  round {i + 1}/{reps} {name}: {wall:.2f} s, {rss / 1e6:,.0f} MB", file=sys.stderr, flush=True)
     return samples
 
 
@@ -93,6 +178,12 @@ def ratio(a: Sample, b: Sample, *, work: bool = False) -> float:
     of the times the children reported."""
     xs, ys = (a.work_s, b.work_s) if work else (a.wall_s, b.wall_s)
     return statistics.median(x / y for x, y in zip(xs, ys))
+
+
+def ratio_to_work(a: Sample, b: Sample) -> float:
+    """Median of the per-round ratios of ``a``'s wall time to the work ``b`` timed (the whole CLI process
+    against the C-level scan inside its process)."""
+    return statistics.median(x / y for x, y in zip(a.wall_s, b.work_s))
 
 
 def difference(a: Sample, b: Sample) -> float:
