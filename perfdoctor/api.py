@@ -228,7 +228,7 @@ def _reclassify(results: list[FileResult], config: dict[str, Any], jobs: int | N
     if not stale:
         return results
     again = run_tasks(analyze_packed, [FileTask(results[i].trace.path, config, results[i].excerpts,
-                                              results[i].trace_excerpts) for i in stale], jobs, dask, keep=keep)
+                                                results[i].trace_excerpts) for i in stale], jobs, dask, keep=keep)
     results = list(results)
     for i, result in zip(stale, again):
         for old, new in zip(results[i].ranks, result.ranks):
