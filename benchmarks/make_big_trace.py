@@ -13,8 +13,9 @@ first when missing (see :func:`cached`).
 Speed: the columns are drawn with numpy for the whole trace (the same draws, in the same order, for any
 size of insert batch, so a seed gives the same file however it is written), then inserted in batches of
 ``BATCH`` rows, binding only the values that vary (constants are SQL literals): Python objects exist for
-one batch at a time, so a 30M-kernel trace (3.3 GB) is written with under 2 GB of memory. The file for a
-seed is byte for byte the one the unbatched version wrote.
+one batch at a time. Peak memory grows by about 55 MB per million kernels (227 MB at 1M, 337 MB at 3M),
+where the unbatched version held a dozen Python lists of the whole trace; 30M kernels (3.3 GB) took 67 s.
+The file for a seed is byte for byte the one the unbatched version wrote.
 """
 
 from __future__ import annotations
