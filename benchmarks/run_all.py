@@ -58,16 +58,20 @@ from timed import NEEDED_COLUMNS  # noqa: E402
 
 SMALL_EXPORT = ROOT / "sample_traces" / "real_h100" / "h100_2gpu_fastvideo.sqlite"
 RECORDED = ROOT / "benchmarks" / "recorded.json"
-SIZES = {"100k": 100_000, "1m": 1_000_000, "10m": 10_000_000, "30m": 30_000_000}
-BIG = ("10m", "30m")  # skipped by --quick; fewer rounds (--big-reps), no nsys stats
-SECTIONS = ("startup", "100k", "1m", "html", "readers", "10m", "30m", "ranks-jobs", "ranks-rss", "memory", "peers")
+SIZES = {"100k": 100_000, "1m": 1_000_000, "10m": 10_000_000, "30m": 30_000_000, "10m-node": 10_000_000,
+         "30m-node": 30_000_000}
+# Per-node exports: the kernels spread over this many GPUs' processes in one file (make_big_trace --processes).
+PROCESSES = {"10m-node": 8, "30m-node": 8}
+BIG = ("10m", "30m", "10m-node", "30m-node")  # skipped by --quick; fewer rounds (--big-reps), no nsys stats
+SECTIONS = ("startup", "100k", "1m", "html", "readers", "10m", "30m", "10m-node", "30m-node", "ranks-jobs",
+            "ranks-rss", "memory", "peers")
 ALIASES = {"ranks": ("ranks-jobs", "ranks-rss")}
 SCRIPTS = {"memory": ("Memory snapshots", "bench_memory.py"), "peers": ("Cross-rank matching", "bench_peers.py")}
 
 # Issue 25's limits ("Done when").
 STARTUP_LIMIT_S = 0.3
 RATIO_LIMIT = {"1m": 2.5, "10m": 2.0}
-RSS_LIMIT = {"10m": 10**9, "30m": 10**9}
+RSS_LIMIT = {"10m": 10**9, "30m": 10**9, "10m-node": 10**9, "30m-node": 10**9}
 JOBS_SPEEDUP_LIMIT = 1.7
 # "Flat": 8× the ranks may add at most a quarter to the peak (it would add 700 % if memory followed ranks).
 FLAT_RSS_LIMIT = 1.25
@@ -112,12 +116,13 @@ def install_wheel(tmp: Path) -> Path:
     return venv / "bin"
 
 
-def trace(kernels: int, cache: Path) -> tuple[Path, float]:
+def trace(kernels: int, cache: Path, processes: int = 1) -> tuple[Path, float]:
     """The cached trace of ``kernels`` (written by a child: a child's peak RSS counts what it inherited from
     this process, so this process never holds a trace's worth of memory) and the seconds it took."""
     t0 = time.perf_counter()
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "make_big_trace.py"), "--cached", "--kernels",
-                          str(kernels)], env={**os.environ, "PERFDOCTOR_BENCH_CACHE": str(cache)},
+                          str(kernels), "--processes", str(processes)],
+                         env={**os.environ, "PERFDOCTOR_BENCH_CACHE": str(cache)},
                          capture_output=True, text=True)
     if out.returncode != 0:
         last = (out.stderr.strip().splitlines() or ["no message"])[-1]
@@ -299,7 +304,7 @@ def main() -> None:
         python = bin_dir / "python"
 
         def kernels(name: str) -> dict:
-            path, took = trace(SIZES[name], cache)
+            path, took = trace(SIZES[name], cache, PROCESSES.get(name, 1))
             results["traces"][name] = {"path": str(path), "seconds": took}
             return kernels_case(path, args.big_reps if name in BIG else args.reps, bin_dir, name in BIG)
 
@@ -380,7 +385,8 @@ def summary(r: dict) -> list[str]:
 
     row("startup", "start-up: `perfdoctor analyze` of the real 2-GPU export above `python -c pass`",
         f"≤ {STARTUP_LIMIT_S} s", lambda s: (_s(s["difference_s"]), s["difference_s"] <= STARTUP_LIMIT_S))
-    for name, n in (("1m", "1M"), ("10m", "10M"), ("30m", "30M")):
+    for name, n in (("1m", "1M"), ("10m", "10M"), ("30m", "30M"), ("10m-node", "10M (8 GPUs' processes)"),
+                    ("30m-node", "30M (8 GPUs' processes)")):
         if name in RATIO_LIMIT:
             row(name, f"{n} kernels: whole CLI / C scan", f"≤ {RATIO_LIMIT[name]}×",
                 lambda k, name=name: (f"{k['ratio']:.2f}× ({_s(k['cli_s'])} / {_s(k['scan_s'])})",
@@ -406,6 +412,11 @@ def _script_section(ext: dict) -> list[str]:
     lines = [f"`{ext['command']}`", "", "| " + " | ".join(ext["columns"]) + " |", "|" + "---|" * len(ext["columns"])]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in ext["rows"]]
     return lines + (["", ext["notes"]] if ext.get("notes") else [])
+
+
+def _kernels(name: str, n: int) -> str:
+    """A size's row label: its kernels, and the GPUs they are spread over in a per-node export."""
+    return f"{n:,}" + (f" over {PROCESSES[name]} GPUs" if name in PROCESSES else "")
 
 
 def _kernels_sections(r: dict) -> list[str]:
@@ -434,14 +445,15 @@ def _kernels_sections(r: dict) -> list[str]:
     for name, n in SIZES.items():
         state = _state(r, name)
         if state is not None:
-            lines.append(f"| {n:,} | {state} | | | | | | | | |")
+            lines.append(f"| {_kernels(name, n)} | {state} | | | | | | | | |")
             continue
         k = sec[name]
         lim = f"≤ {RATIO_LIMIT[name]}×" if name in RATIO_LIMIT else "—"
         met = _met(k["ratio"] <= RATIO_LIMIT[name]) if name in RATIO_LIMIT else ""
         rlim = f"≤ {_mb(RSS_LIMIT[name])}" if name in RSS_LIMIT else "—"
         rmet = _met(k["cli_rss"] <= RSS_LIMIT[name]) if name in RSS_LIMIT else ""
-        lines.append(f"| {n:,} | {_mb(k['file_bytes'])} | {_s(k['scan_s'])} | {_s(k['cli_s'])} | {k['ratio']:.2f}× | "
+        lines.append(f"| {_kernels(name, n)} | {_mb(k['file_bytes'])} | {_s(k['scan_s'])} | {_s(k['cli_s'])} | "
+                     f"{k['ratio']:.2f}× | "
                      f"{lim} | {met} | {_mb(k['cli_rss'])} ({k['cli_rss'] / k['file_bytes']:.1f}× the file) | "
                      f"{rlim} | {rmet} |")
     lines += [
@@ -462,7 +474,8 @@ def _kernels_sections(r: dict) -> list[str]:
         if name in sec:
             p = sec[name]["split"]
             load = _s(p["load_s"]) if p.get("load_s") is not None else "n/a"
-            lines.append(f"| {n:,} | {_s(p['outside_s'])} | {_s(p['imports_s'])} | {load} | {_s(p['analyze_s'])} | "
+            lines.append(f"| {_kernels(name, n)} | {_s(p['outside_s'])} | {_s(p['imports_s'])} | {load} | "
+                         f"{_s(p['analyze_s'])} | "
                          f"{_s(p['render_s'])} | {_s(p['wall_s'])} | {sec[name]['split_ratio']:.2f}× | "
                          f"{_mb(p['rss'])} |")
     nsys = [(n, sec[name]) for name, n in SIZES.items() if name in sec and "nsys_s" in sec[name]]

@@ -71,7 +71,7 @@ def test_a_failed_or_skipped_section_keeps_its_row():
     r["failed"]["10m"] = "RuntimeError: exited -9\nKilled | oom"
     r["skipped"]["30m"] = "--quick"
     rows = run_all.summary(r)
-    assert len(rows) == 2 + 8  # header + every Done-when row
+    assert len(rows) == 2 + 12  # header + every Done-when row (per-node sizes: peak RSS and the ratio shown)
     assert "**failed**: RuntimeError: exited -9 Killed \\| oom" in next(x for x in rows if "10M kernels: whole" in x)
     assert "not measured in this run (--quick)" in next(x for x in rows if "30M kernels: CLI peak" in x)
 
