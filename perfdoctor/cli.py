@@ -8,6 +8,7 @@ builds a validator per parameter on every run (~160 ms of a 0.3 s start-up budge
 
 from __future__ import annotations
 
+import gc
 import math
 import os
 import sys
@@ -491,6 +492,10 @@ def _exit_interrupted_or(code: int) -> None:
         flush_stdout()
     except UsageError as exc:
         _fail(str(exc), exc.exit_code)
+    # Everything is written: the interpreter's teardown need not look through the analysis's objects for
+    # reference cycles once more. Frozen, its last collections skip them (~20 ms of a ~0.45 s run on the
+    # 2-GPU export, paired); atexit handlers and the streams' flushing run as before.
+    gc.freeze()
     sys.exit(code)
 
 
