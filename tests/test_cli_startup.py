@@ -92,3 +92,19 @@ def test_a_finished_analysis_leaves_the_interpreter_with_its_objects_frozen():
                            os.devnull], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.strip().splitlines()[-1] == "FROZEN True", proc.stderr[-2000:]
+
+
+def test_an_analysis_in_process_freezes_nothing():
+    """app() called in-process (a test, a caller's own program) leaves the collector as it found it: frozen
+    objects are never collected, so only the CLI's own process (main()) freezes its modules."""
+    import gc
+
+    from click.testing import CliRunner
+
+    from perfdoctor.cli import app
+    from tests.paths import REAL_H100
+
+    before = gc.get_freeze_count()
+    result = CliRunner().invoke(app, ["analyze", str(REAL_H100), "--format", "json", "-o", os.devnull])
+    assert result.exit_code == 0, result.output
+    assert gc.get_freeze_count() == before and gc.isenabled()
