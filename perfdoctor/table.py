@@ -235,16 +235,22 @@ def factorize(values: np.ndarray, *, sort: bool = False, keep_missing: bool = Fa
         return inverse, distinct
     items = values.tolist()
     first_seen = dict.fromkeys(items)  # distinct values in order of appearance, in C
-    if any(isinstance(v, float) and v != v for v in first_seen):  # NaNs: each is its own key there
+    # NaNs (each its own key there) can only be floats: the per-value test runs only where a float is
+    floats = any(issubclass(t, float) for t in set(map(type, first_seen)))
+    if floats and any(isinstance(v, float) and v != v for v in first_seen):
         index: dict[Any, int] = {}
         codes = np.fromiter((index.setdefault(_key(v), len(index)) for v in items), dtype=np.int64, count=n)
-    else:
-        index = {v: i for i, v in enumerate(first_seen)}
+        distinct = np.empty(len(index), dtype=object)
+        for key, code in index.items():
+            distinct[code] = np.nan if key is _NAN else key
+        missing = np.array([v is None or v is _NAN for v in index], dtype=bool)
+    else:  # the keys are the values themselves, in code order: no loop in Python over them
+        index = dict(zip(first_seen, range(len(first_seen))))
         codes = np.fromiter(map(index.__getitem__, items), dtype=np.int64, count=n)
-    distinct = np.empty(len(index), dtype=object)
-    for key, code in index.items():
-        distinct[code] = np.nan if key is _NAN else key
-    missing = np.array([v is None or v is _NAN for v in index], dtype=bool)
+        distinct = np.fromiter(first_seen, dtype=object, count=len(first_seen))
+        missing = np.zeros(len(index), dtype=bool)
+        if None in index:
+            missing[index[None]] = True
     if sort or (missing.any() and not keep_missing):
         order = np.arange(distinct.size)
         if sort:

@@ -78,3 +78,33 @@ def test_json_analysis_of_one_nsys_export_imports_neither_rich_nor_the_kineto_re
                            os.devnull], capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.strip().splitlines()[-1] == "LOADED []", proc.stderr[-2000:]
+
+
+def test_a_finished_analysis_leaves_the_interpreter_with_its_objects_frozen():
+    """After the report is written, the objects are frozen out of the garbage collector (cli._exit_interrupted_or)
+    so that teardown does not walk them again; atexit handlers still run, and the exit code stays 0."""
+    from tests.paths import REAL_H100
+
+    code = ("import atexit, gc, sys\n"
+            "atexit.register(lambda: sys.stderr.write(f'FROZEN {gc.get_freeze_count() > 0}\\n'))\n"
+            "import runpy; runpy.run_module('perfdoctor', run_name='__main__', alter_sys=True)")
+    proc = subprocess.run([sys.executable, "-c", code, "analyze", str(REAL_H100), "--format", "json", "-o",
+                           os.devnull], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == "FROZEN True", proc.stderr[-2000:]
+
+
+def test_an_analysis_in_process_freezes_nothing():
+    """app() called in-process (a test, a caller's own program) leaves the collector as it found it: frozen
+    objects are never collected, so only the CLI's own process (main()) freezes its modules."""
+    import gc
+
+    from click.testing import CliRunner
+
+    from perfdoctor.cli import app
+    from tests.paths import REAL_H100
+
+    before = gc.get_freeze_count()
+    result = CliRunner().invoke(app, ["analyze", str(REAL_H100), "--format", "json", "-o", os.devnull])
+    assert result.exit_code == 0, result.output
+    assert gc.get_freeze_count() == before and gc.isenabled()

@@ -97,3 +97,21 @@ def test_table_rows_by_position_mask_and_slice_keep_columns_aligned() -> None:
 def test_a_table_without_columns_still_counts_rows() -> None:
     t = Table(rows=5)
     assert len(t) == 5 and len(t[np.array([True, False, True, False, False])]) == 2 and len(t[1:4]) == 3
+
+
+def test_factorize_objects_without_floats_matches_the_value_by_value_path() -> None:
+    """Object columns without a float skip the NaN test and build their distinct values without a Python
+    loop (table.factorize); the codes and values are those the NaN-aware path gives."""
+    import random
+
+    rng = random.Random(3)
+    pool = ["a", "b", "aten::mm", None, 1, (1, 2), b"x", True, ""]
+    for _ in range(300):
+        values = np.empty(rng.randint(1, 12), dtype=object)
+        values[:] = [rng.choice(pool) for _ in range(values.size)]
+        for keep_missing in (False, True):
+            codes, distinct = factorize(values, keep_missing=keep_missing)
+            with_nan = np.append(values, math.nan)  # a NaN last: the value-by-value path, same codes before it
+            codes2, distinct2 = factorize(with_nan, keep_missing=keep_missing)
+            assert codes.tolist() == codes2[:-1].tolist()
+            assert distinct.tolist() == (distinct2[:-1] if keep_missing else distinct2).tolist()
