@@ -165,7 +165,9 @@ class _Walker:
             further = self.lift[-1]
             for _ in range(LIFT_BITS):
                 further = further[further]
-            if (further == n).all():  # every chain is shorter than this table's jump
+            # every chain is shorter than this table's jump, or (zero-length ops of a damaged trace linking
+            # to each other) the links go round in circles this table adds nothing to
+            if (further == n).all() or np.array_equal(further, self.lift[-1]):
                 break
             self.lift.append(further)
 
@@ -177,8 +179,8 @@ class _Walker:
             table = self.lift[j]
             for _ in range(LIFT_RADIX - 1):
                 cand = int(table[cur])
-                if cand == self.sentinel or self.starts[cand] <= lo:
-                    break
+                if cand == self.sentinel or self.starts[cand] <= lo or k + LIFT_RADIX ** j > self.sentinel:
+                    break  # (a chain has fewer links than there are ops: more is a circle of zero-length ops)
                 cur, k = cand, k + (LIFT_RADIX ** j)
         chain = self._ancestors(n, k, 0)
         if self.link[cur] >= 0:  # and the op at/before lo
