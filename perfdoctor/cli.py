@@ -33,6 +33,8 @@ from perfdoctor.outputs import (
 )
 
 if TYPE_CHECKING:
+    from types import ModuleType
+
     from rich.console import Console
 
 PATH = click.Path(path_type=Path)  # as given; an existing path must be readable
@@ -489,6 +491,13 @@ def main() -> None:
 
     global _whole_process
     _whole_process = True
+    try:
+        _main(interrupts)
+    finally:  # main() called in-process (tests) leaves later app() calls in-process ones
+        _whole_process = False
+
+
+def _main(interrupts: ModuleType) -> None:
     interrupts.install()
     try:
         code = app(standalone_mode=False)

@@ -94,32 +94,6 @@ class LoopReplay(Replay):
         return st[1] + removed_to_t - st[2]
 
 
-    def _shift(self, state: dict, end2: dict, tid: int, t: int, removed: dict | None,
-               removed_to_t: int | None) -> int:
-        """How much earlier the host thread ``tid`` reaches time ``t`` in the replay; ``removed_to_t`` is
-        the removed host time of the thread in [lo, t) when known."""
-        if removed_to_t is None:
-            removed_to_t = self._removed(removed, tid, self.lo, t)
-        syncs = self.syncs.get(tid)
-        if syncs is None:
-            return removed_to_t
-        st = state[tid]  # next sync, the shift after the last one, removed host time up to its return
-        while st[0] < len(syncs) and syncs[st[0]][1] <= t:
-            c0, c1 = syncs[st[0]]
-            at_c0 = self._removed(removed, tid, self.lo, c0)
-            early = st[1] + at_c0 - st[2]
-            q = self.walker.last_ended(c1)
-            if self.no_sync:
-                c1_new = c0 - early
-            elif q != -1 and self.end[q] > c0:
-                q_end = int(self.end[q])
-                c1_new = max(c0 - early, end2.get(q, q_end) + (c1 - q_end))
-            else:
-                c1_new = c1 - early
-            st[0], st[1], st[2] = st[0] + 1, max(c1 - c1_new, 0), self._removed(removed, tid, self.lo, c1)
-        return st[1] + removed_to_t - st[2]
-
-
 TRACES = [REAL_H100, *(SAMPLES / name / f"{name}.rank0.sqlite" for name in
                        ("host_bound", "gc_pause", "data_stall", "ln_blocked", "exposed_tp", "pp_1f1b", "moe_ep"))]
 
