@@ -140,3 +140,13 @@ def test_a_temporary_folder_that_cannot_be_written_is_one_line(monkeypatch, tmp_
     key = np.array([1, 2]) << 24
     with pytest.raises(InputError, match="TMPDIR"):
         routed.add("kernels", key, Table({"start": np.arange(2)}))
+
+
+def test_spilled_chunks_of_two_widths_join_at_the_wider():
+    """A column held at 32 bits in one slice and 64 in another (a value beyond int32) reads back whole."""
+    routed = Pieces(spill_above=0)
+    key = np.array([1, 2]) << 24
+    routed.add("api", key, Table({"corr": np.array([5, 6], dtype=np.int32)}))
+    routed.add("api", key, Table({"corr": np.array([7, 1 << 40], dtype=np.int64)}))
+    got = routed.take("api", 2 << 24)["corr"]
+    assert routed.spilled and got.dtype == np.int64 and got.tolist() == [6, 1 << 40]

@@ -373,10 +373,7 @@ class _Filler:
                      _api_calls(rows, self.strings) if name == "api" else rows)
             if name != "api":  # the process's own id, as every row had it (the key it was routed by)
                 table = _with_process(table, gpid, self.columns[name])
-        if name == "kernels":
-            return with_replays(table, self.replays.get(gpid) if gpid is not None else
-                                (next(iter(self.replays.values())).take(slice(0, 0)) if self.replays else None))
-        return table
+        return with_replays(table, self.replays.get(gpid)) if name == "kernels" else table
 
 
 def _pairs(table: Table) -> list[tuple[int, int]]:

@@ -69,9 +69,11 @@ class _Rows:
             for n, place in self.spilled:  # spilled chunks come before those still in memory
                 dtype, offset, size = place[name]
                 self.file.seek(offset)
-                part = np.empty(size, dtype=dtype)
+                # straight into the column where the chunk has its width (a wider column: through a copy)
+                part = column[at:at + n] if dtype == column.dtype else np.empty(size, dtype=dtype)
                 self.file.readinto(memoryview(part).cast("B"))
-                column[at:at + n] = part
+                if part.base is not column:
+                    column[at:at + n] = part
                 at += n
             for chunk in self.chunks:
                 values = chunk.pop(name)

@@ -148,8 +148,7 @@ class SqliteExport:
         sql = f"SELECT {select} FROM [{table}]"
         low, high = rowids
         bounds = list(range(low, high + 1, max(rows or SLICE_ROWS, 1))) + [high + 1]
-        queries = [f"{sql} WHERE rowid >= {a} AND rowid < {b}" for a, b in zip(bounds[:-1], bounds[1:])]
-        queries[-1] = f"{sql} WHERE rowid >= {bounds[-2]}"  # the last slice takes any later rows
+        queries = _rowid_slices(sql, bounds)
         ahead = max(1, cores.PER_TASK)
         with ThreadPoolExecutor(max_workers=ahead, thread_name_prefix="perfdoctor-read") as pool:
             pending = [pool.submit(self._arrow, q) for q in queries[:ahead]]
@@ -209,8 +208,7 @@ class SqliteExport:
             from concurrent.futures import ThreadPoolExecutor
 
             bounds = [low + (high - low + 1) * i // parts for i in range(parts + 1)]
-            slices = [f"{sql} WHERE rowid >= {a} AND rowid < {b}" for a, b in zip(bounds[:-1], bounds[1:])]
-            slices[-1] = f"{sql} WHERE rowid >= {bounds[-2]}"  # the last slice takes any later rows
+            slices = _rowid_slices(sql, bounds)
             with ThreadPoolExecutor(max_workers=parts, thread_name_prefix="perfdoctor-read") as pool:
                 futures = [pool.submit(self._arrow, one) for one in slices]
             failed = [f.exception() for f in futures if f.exception() is not None]
@@ -258,6 +256,13 @@ def read_only_uri(path: Path) -> str:
     journal mode (whose content is all in the file when no ``-wal`` lies beside it: one that does is
     refused before), and a missing file is an error, never created."""
     return "file:" + urllib.parse.quote(str(path.resolve())) + "?mode=ro&immutable=1"
+
+
+def _rowid_slices(sql: str, bounds: list[int]) -> list[str]:
+    """``sql`` once per rowid slice [bounds[i], bounds[i + 1]); the last slice takes any later rows."""
+    queries = [f"{sql} WHERE rowid >= {a} AND rowid < {b}" for a, b in zip(bounds[:-1], bounds[1:])]
+    queries[-1] = f"{sql} WHERE rowid >= {bounds[-2]}"
+    return queries
 
 
 def _present(columns: Mapping[str, str]) -> dict[str, str]:
