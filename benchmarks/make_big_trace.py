@@ -1,7 +1,7 @@
 """Write a large nsys-shaped SQLite export for the benchmarks (real 2024.2 DDL, bulk inserts).
 
 Only the tables the loader reads in bulk are filled: kernels with their runtime launch calls, NVTX
-ranges around groups of launches, StringIds, and the metadata. Content is random but linked
+step ranges (``ProfilerStep#N``, one per 10,000 kernels), StringIds, and the metadata. Content is random but linked
 (correlation ids, globalTid/globalPid encoding, string ids), which is all a load benchmark needs; the
 scenario simulator (perfdoctor.synth) makes realistic traces.
 
@@ -35,6 +35,8 @@ HERE = Path(__file__).resolve()
 DDL = HERE.parents[1] / "perfdoctor" / "synth" / "ddl" / "2024.2.3.sql"
 BATCH = 1_000_000
 PID = 4242
+KERNELS_PER_STEP = 10_000  # a training step of a large model launches thousands of kernels
+STEP_TEXT = 202  # the string id of the first step's range text
 
 
 def create_tables(conn: sqlite3.Connection) -> None:
@@ -68,7 +70,8 @@ def insert_runtime(conn: sqlite3.Connection, start: np.ndarray, corr: np.ndarray
 
 def write_process(conn: sqlite3.Connection, rng: np.random.Generator, kernels: int, pid: int = PID,
                   device: int = 0) -> None:
-    """One process's kernels on one GPU, its thread's CUDA launch calls and NVTX step ranges."""
+    """One process's kernels on one GPU, its thread's CUDA launch calls and NVTX step ranges
+    (``ProfilerStep#N``, one per ``KERNELS_PER_STEP`` kernels: perfdoctor reads them as the steps)."""
     gpid = (1 << 48) | (pid << 24)
     gtid = gpid | pid
     conn.execute("INSERT INTO PROCESSES VALUES (?, ?, 'python3')", (gpid, pid))
@@ -82,11 +85,12 @@ def write_process(conn: sqlite3.Connection, rng: np.random.Generator, kernels: i
     insert_kernels(conn, start, start + dur, np.where(name == 200, 20, 7), corr, name, device, gpid)
     del dur, name
     insert_runtime(conn, api_start, corr, gtid)
-    steps = max(1, kernels // 10_000)
+    steps = max(1, kernels // KERNELS_PER_STEP)
     edges = np.linspace(0, kernels - 1, steps + 1).astype(int)
     conn.executemany("INSERT INTO NVTX_EVENTS (start, end, eventType, globalTid, textId, domainId) "
-                     "VALUES (?, ?, 59, ?, 202, 0)",
-                     [(int(api_start[a]), int(start[b]), gtid) for a, b in zip(edges[:-1], edges[1:])])
+                     "VALUES (?, ?, 59, ?, ?, 0)",
+                     [(int(api_start[a]), int(start[b]), gtid, STEP_TEXT + i)
+                      for i, (a, b) in enumerate(zip(edges[:-1], edges[1:]))])
 
 
 def write(path: Path, kernels: int, seed: int = 0, processes: int = 1) -> None:
@@ -97,7 +101,8 @@ def write(path: Path, kernels: int, seed: int = 0, processes: int = 1) -> None:
     conn.execute("PRAGMA synchronous = OFF")
     create_tables(conn)
     names = [f"kernel_{i}_sm90_xmma_gemm" for i in range(200)]
-    names += ["ncclDevKernel_AllReduce_Sum_bf16_RING_LL", "cudaLaunchKernel_v7000", "step"]
+    names += ["ncclDevKernel_AllReduce_Sum_bf16_RING_LL", "cudaLaunchKernel_v7000"]
+    names += [f"ProfilerStep#{i}" for i in range(max(1, kernels // KERNELS_PER_STEP))]  # as torch.profiler marks them
     conn.executemany("INSERT INTO StringIds VALUES (?, ?)", enumerate(names))
     conn.executemany("INSERT INTO META_DATA_EXPORT VALUES (?, ?)",
                      [("EXPORT_PRODUCT_VERSION", "2024.2.3.38"), ("EXPORT_SCHEMA_VERSION", "3.11.1")])
