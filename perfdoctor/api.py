@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from perfdoctor import __version__, shared
+from perfdoctor.blame import join as blame_join
 from perfdoctor.blame.causes import BLOCKING_KEYS
 from perfdoctor.blame.focus import marks
 from perfdoctor.blame.graph import device_ops, edges
@@ -33,7 +34,7 @@ from perfdoctor.load.run import assign_ranks, attach_snapshots, load_trace, merg
 from perfdoctor.load.run_identity import check_one_run, last_event_ns
 from perfdoctor.measure.activity import activity, group_comm
 from perfdoctor.measure.breakdown import activity_window, summarize
-from perfdoctor.measure.collectives import Collectives, Packed, Unpacked, collectives, pack
+from perfdoctor.measure.collectives import Collectives, Unpacked, collectives, pack
 from perfdoctor.measure.excerpt import excerpt
 from perfdoctor.measure.graphs import graph_metrics
 from perfdoctor.measure.host import host_gaps, launch_stats
@@ -47,6 +48,7 @@ from perfdoctor.measure.steps import Steps, find_steps
 from perfdoctor.measure.trace_excerpt import run_trace, trace_excerpt
 from perfdoctor.measure.work_units import kernel_work
 from perfdoctor.model import DeviceSummary, Report, Run, Timeline, TimelineInfo, TraceInfo
+from perfdoctor.records import Loaded, Records
 from perfdoctor.sample import glance, pick
 from perfdoctor.table import Table
 
@@ -84,7 +86,9 @@ def analyze(paths: list[Path | str], config: dict[str, Any] | None = None,
         files, sampled = pick(run_tasks(glance, files, jobs, dask), sample, cli)
     tasks = [FileTask(path, cli, timeline_excerpts, trace_excerpts) for path in files]
     seen: dict[Any, Any] = {}
-    results = run_tasks(analyze_packed, tasks, jobs, dask, progress, keep=lambda r: _kept(r, seen))
+    store = Records()  # the tasks' results, out of memory while the pool runs beside this process
+    results = [_kept(s, store, seen) for s in run_tasks(analyze_packed, tasks, jobs, dask, progress,
+                                                         keep=lambda sent: _stored(sent, store))]
     run = Run(traces=[r.trace for r in results], timelines=[rank.info for r in results for rank in r.ranks])
     for info in run.traces:
         run.warnings.extend(f"{info.path.name}: {w}" for w in info.warnings)
@@ -93,7 +97,7 @@ def analyze(paths: list[Path | str], config: dict[str, Any] | None = None,
     attach_snapshots(run, snapshots)
     merge_config(run, cli, config_sources, mark_of=lambda tl: tl.config_mark)
     run.framework = detect_framework(run)
-    results = _reclassify(results, run.config, jobs, dask, keep=lambda r: _kept(r, seen))
+    results = _reclassify(results, run.config, jobs, dask, store, seen)
     ranks = sorted((rank for r in results for rank in r.ranks), key=lambda rank: rank.info.rank)
     run.timelines = [rank.info for rank in ranks]
     devices, per_rank, series, excerpts = _summaries(ranks)
@@ -105,7 +109,9 @@ def analyze(paths: list[Path | str], config: dict[str, Any] | None = None,
         if (run.config.get("pp") or 1) > 1 and stages.get(str(device.rank)) is not None:
             device.evidence["pipeline"] = stage_evidence(stages[str(device.rank)],
                                                          per_rank.get(str(device.rank), {}), critical)
-    cols = Unpacked({rank.info.rank: rank.collectives for rank in ranks if rank.collectives is not None})
+    # Each rank's collectives and critical path stay in the store until match and join read them, rank by rank.
+    cols = Unpacked(Loaded(store, {rank.info.rank: rank.stored[0] for rank in ranks if rank.stored[0] >= 0},
+                           seen, 0))
     waits = match(cols,
                   {int(r): {g: m.get(f"comm.{g}.exposed_ms") for g in GROUPS} for r, m in per_rank.items()},
                   run.config, world)
@@ -116,11 +122,10 @@ def analyze(paths: list[Path | str], config: dict[str, Any] | None = None,
         metrics.update(waits.metrics.get(r, {}))
         metrics["ranks.late_ms"] = waits.late_ms.get(r)
     pp_theory = theory(run.config)[0] if (run.config.get("pp") or 1) > 1 else None
-    blocking, paths = join({rank.info.rank: rank.blame for rank in ranks if rank.blame is not None},
-                           cols, waits.instances, pp_theory, waits.clock)
+    blocking, paths = join(Loaded(store, {rank.info.rank: rank.stored[1] for rank in ranks if rank.stored[1] >= 0},
+                                  seen, blame_join.ACROSS_CACHE), cols, waits.instances, pp_theory, waits.clock)
     del cols
-    for rank in ranks:  # read by match and join only
-        rank.blame = rank.collectives = None
+    store.close()
     for r, metrics in per_rank.items():
         metrics.update(blocking.get(r) or dict.fromkeys(BLOCKING_KEYS))
     blocking_all = blocking_across(per_rank)
@@ -200,9 +205,12 @@ class RankResult:
     metrics: dict[str, Any] | None
     series: dict[str, list[float]] | None
     excerpt: Any
-    collectives: Collectives | Packed | None  # packed as the driver receives it (analyze_packed)
+    collectives: Collectives | None  # None as the driver receives it: in its ``stored`` record, packed
     trace_excerpt: Any = None
-    blame: RankPath | None = None
+    blame: RankPath | None = None  # as collectives
+    # Where analyze keeps the packed collectives and the critical path until match and join read them: their
+    # numbers in its Records (-1: none).
+    stored: tuple[int, int] = (-1, -1)
 
 
 @dataclass
@@ -214,23 +222,42 @@ class FileResult:
     ranks: list[RankResult] = field(default_factory=list)
 
 
-def _kept(sent: bytes, seen: dict[Any, Any]) -> FileResult:
+# What a file's task sends back (analyze_packed): the FileResult without its ranks' collectives and critical
+# paths, and per rank those two (Packed, RankPath), each pickled on its own (perfdoctor.shared).
+Sent = tuple[bytes, list[tuple[bytes | None, bytes | None]]]
+# A Sent in the driver's Records: the record numbers in its place (-1: none).
+Stored = tuple[int, list[tuple[int, int]]]
+
+
+def _stored(sent: Sent, store: Records) -> Stored:
+    """A file's result as the driver holds it while the pool runs: in ``store``, two integers a record."""
+    head, cross = sent
+    return store.add(head), [(-1 if c is None else store.add(c), -1 if b is None else store.add(b)) for c, b in cross]
+
+
+def _kept(stored: Stored, store: Records, seen: dict[Any, Any]) -> FileResult:
     """A file's result as the driver keeps it until the report is made: the names in it (metrics, kernels,
-    categories, environment, tables) in one copy among all files (perfdoctor.shared)."""
-    return shared.loads(sent, seen)
+    categories, environment, tables) in one copy among all files (perfdoctor.shared); each rank's collectives
+    and critical path left in ``store`` (RankResult.stored)."""
+    head, cross = stored
+    result = shared.loads(store[head], seen)
+    for rank, numbers in zip(result.ranks, cross):
+        rank.stored = numbers
+    return result
 
 
 def _reclassify(results: list[FileResult], config: dict[str, Any], jobs: int | None,
-                dask: str | None, keep: Callable[[bytes], FileResult]) -> list[FileResult]:
+                dask: str | None, store: Records, seen: dict[Any, Any]) -> list[FileResult]:
     """A file whose own config marks differ from the run's (say it has none) is analysed again with the
     run's config, so every rank is classified and measured under the same parallel config."""
     stale = [i for i, r in enumerate(results) if r.config != config]
     if not stale:
         return results
     again = run_tasks(analyze_packed, [FileTask(results[i].trace.path, config, results[i].excerpts,
-                                                results[i].trace_excerpts) for i in stale], jobs, dask, keep=keep)
+                                                results[i].trace_excerpts) for i in stale], jobs, dask,
+                      keep=lambda sent: _stored(sent, store))
     results = list(results)
-    for i, result in zip(stale, again):
+    for i, result in zip(stale, (_kept(s, store, seen) for s in again)):
         for old, new in zip(results[i].ranks, result.ranks):
             new.info = old.info  # the run-level rank and memory snapshot
         results[i] = result
@@ -255,14 +282,18 @@ def _summaries(ranks: list[RankResult]) -> tuple[list[DeviceSummary], dict[str, 
     return devices, per_rank, series, excerpts
 
 
-def analyze_packed(task: FileTask) -> bytes:
-    """:func:`analyze_file` as the driver receives it: the ranks' collective instances packed where the
-    task runs (perfdoctor.measure.collectives.pack), pickled with its names shared (see :func:`_kept`)."""
+def analyze_packed(task: FileTask) -> Sent:
+    """:func:`analyze_file` as the driver receives it (:data:`Sent`): pickled with its names shared (see
+    :func:`_kept`), each rank's collective instances packed where the task runs
+    (perfdoctor.measure.collectives.pack) and pickled apart with its critical path, for the driver to keep
+    out of memory until the cross-rank analysis reads them."""
     result = analyze_file(task)
+    cross = []
     for rank in result.ranks:
-        if rank.collectives is not None:
-            rank.collectives = pack(rank.collectives)
-    return shared.dumps(result)
+        cross.append((None if rank.collectives is None else shared.dumps(pack(rank.collectives)),
+                      None if rank.blame is None else shared.dumps(rank.blame)))
+        rank.collectives = rank.blame = None
+    return shared.dumps(result), cross
 
 
 def analyze_file(task: FileTask) -> FileResult:

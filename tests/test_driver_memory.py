@@ -23,6 +23,7 @@ from perfdoctor.blame import join as join_module
 from perfdoctor.blame.entries import PathEntries
 from perfdoctor.measure import collectives as collectives_module
 from perfdoctor.measure.collectives import Packed, Unpacked, pack, unpack
+from perfdoctor.records import Loaded, Records
 from perfdoctor.render.json import render_json, report_dict, write_json
 from perfdoctor.synth import run_scenario
 from perfdoctor.width import narrow, offsets, rows, widened
@@ -97,13 +98,33 @@ def test_collectives_pack_and_unpack_to_the_same_arrays(tmp_path: Path) -> None:
 def test_the_driver_keeps_packed_shared_results(tmp_path: Path) -> None:
     run = _run(tmp_path, 3)
     seen: dict = {}
-    kept = [api._kept(api.analyze_packed(api.FileTask(p, {}, False)), seen) for p in sorted(run.iterdir())]
+    store = Records()
+    kept = [api._kept(api._stored(api.analyze_packed(api.FileTask(p, {}, False)), store), store, seen)
+            for p in sorted(run.iterdir())]
     ranks = [r for f in kept for r in f.ranks]
-    assert all(isinstance(r.collectives, Packed) for r in ranks)
+    assert all(r.collectives is None and r.blame is None for r in ranks)  # in the store, not in memory
     keys = [list(r.metrics) for r in ranks]
     assert all(a is b for a, b in zip(keys[0], keys[2]))  # one copy of each metric name among ranks
-    assert ranks[0].blame.path["names"][0] is ranks[2].blame.path["names"][0]
     assert kept[0].trace.tables is kept[2].trace.tables
+    cols = Loaded(store, {i: r.stored[0] for i, r in enumerate(ranks)}, seen, 0)
+    paths = Loaded(store, {i: r.stored[1] for i, r in enumerate(ranks)}, seen, 1)
+    assert all(isinstance(cols[i], Packed) for i in range(3))
+    assert paths[0].path["names"][0] is paths[2].path["names"][0]
+    last = paths[1]
+    assert paths[1] is last and paths[0] is not None and paths[1] is not last  # the last one loaded is kept
+
+
+def test_records_read_back_what_was_written_and_load_only_what_is_asked_for(monkeypatch) -> None:
+    store = Records()
+    values = [b"", b"x" * 100_000, bytes(range(256)), b"\0", shared.dumps({"a": [1, "b"]})]
+    numbers = [store.add(v) for v in values]
+    assert numbers == list(range(len(values))) and [store[n] for n in reversed(numbers)] == values[::-1]
+    loaded = Loaded(store, {7: 4}, {}, 0)
+    calls = []
+    monkeypatch.setattr(shared, "loads", lambda *a: calls.append(a) or "loaded")
+    assert 7 in loaded and 8 not in loaded and list(loaded) == [7] and len(loaded) == 1 and not calls
+    assert loaded[7] == "loaded" and len(calls) == 1
+    store.close()
 
 
 def test_shared_pickle_loads_what_a_plain_pickle_does() -> None:
@@ -155,3 +176,33 @@ def test_driver_memory_per_rank_is_below_the_report_text_per_rank(tmp_path: Path
     text_per_rank = (text_many - text_few) / (many - few)
     print(f"driver {per_rank:.0f} B a rank, report text {text_per_rank:.0f} B a rank")
     assert per_rank < 3 * text_per_rank, (per_rank, text_per_rank)
+
+
+def test_what_the_driver_holds_while_the_tasks_run_does_not_grow_with_the_ranks(tmp_path: Path, monkeypatch) -> None:
+    """The process tree peaks while the pool's workers run beside the driver: what the driver holds of the
+    results come back by then is in its temporary store (perfdoctor.records), a few integers a rank in
+    memory, not the objects they load to (about twice the bytes a task sends)."""
+    held: dict[int, int] = {}
+    run_tasks = api.run_tasks
+
+    def measured(fn, tasks, *args, **kwargs):
+        before = tracemalloc.get_traced_memory()[0]
+        out = run_tasks(fn, tasks, *args, **kwargs)
+        held[len(tasks)] = tracemalloc.get_traced_memory()[0] - before
+        return out
+
+    monkeypatch.setattr(api, "run_tasks", measured)
+    api.analyze([_run(tmp_path / "warm", 2)], jobs=2, timeline_excerpts=False)  # imports, caches
+    few, many = 4, 16
+    for count in (few, many):
+        run = _run(tmp_path / str(count), count)
+        tracemalloc.start()
+        try:
+            api.analyze([run], jobs=2, timeline_excerpts=False)  # the tasks in a pool, as the CLI runs them
+        finally:
+            tracemalloc.stop()
+    head, cross = api.analyze_packed(api.FileTask(next(run.iterdir()), {}, False))
+    sent = len(head) + sum(len(b or b"") for pair in cross for b in pair)
+    per_rank = (held[many] - held[few]) / (many - few)
+    print(f"held {per_rank:.0f} B a rank while the tasks run, sent {sent} B a rank")
+    assert per_rank < sent / 20, (per_rank, sent)

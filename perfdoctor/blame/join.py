@@ -38,7 +38,7 @@ WAIT = CODE["wait.rank"]
 P2P, PP_WAIT = CODE["pipeline.p2p"], CODE["pipeline.wait"]
 
 
-def join(paths: dict[int, RankPath], cols: Mapping[int, Collectives], instances: dict[int, dict[str, np.ndarray]],
+def join(paths: Mapping[int, RankPath], cols: Mapping[int, Collectives], instances: dict[int, dict[str, np.ndarray]],
          theory: float | None, clock: dict[int, int] | None = None
          ) -> tuple[dict[str, dict[str, Any]], PathEntries]:
     """Per rank (str keys) its ``blocking.*`` metrics and its ``path`` entries (as columns); with the ranks' clocks
@@ -106,7 +106,7 @@ def _split_pipeline_wait(entries: list[dict[str, Any]], share: float | None) -> 
 
 
 def _across(rank: int, entries: list[dict[str, Any]], entries_of: Callable[[int], list[dict[str, Any]]],
-            paths: dict[int, RankPath], clock: dict[int, int]) -> list[dict[str, Any]]:
+            paths: Mapping[int, RankPath], clock: dict[int, int]) -> list[dict[str, Any]]:
     """The path across ranks: while ``rank`` waited for rank R at a collective (on the same step), the
     critical path is R's — R's own entries in that interval, on ``rank``'s clock and marked with R (one
     level: where R itself waited, its entry names the rank it waited for); what R's path does not cover

@@ -168,7 +168,7 @@ class Unpacked(Mapping[int, Collectives]):
     """Rank → its Collectives, unpacked from the packed ones as the cross-rank analysis asks for them; the
     last :data:`CACHE` are kept (the join asks for the same late ranks again and again)."""
 
-    def __init__(self, packed: dict[int, Packed]) -> None:
+    def __init__(self, packed: Mapping[int, Packed]) -> None:
         self._packed = packed
         self._get = lru_cache(maxsize=CACHE)(lambda rank: unpack(self._packed[rank]))
 
@@ -176,6 +176,9 @@ class Unpacked(Mapping[int, Collectives]):
         if rank not in self._packed:
             raise KeyError(rank)
         return self._get(rank)
+
+    def __contains__(self, rank: object) -> bool:  # without unpacking it (Mapping's would)
+        return rank in self._packed
 
     def __iter__(self) -> Iterator[int]:
         return iter(self._packed)
