@@ -44,7 +44,6 @@ def join(paths: Mapping[int, RankPath], cols: Mapping[int, Collectives], instanc
     """Per rank (str keys) its ``blocking.*`` metrics and its ``path`` entries (as columns); with the ranks' clocks
     (perfdoctor.measure.peers.PeerWaits.clock) a wait for a rank on the same step is followed onto it."""
     metrics: dict[str, dict[str, Any]] = {}
-    waits_of: dict[int, tuple | None] = {}
     shares: dict[int, float | None] = {}
     for rank, rp in paths.items():
         by_cause = rp.by_cause.copy()
@@ -70,14 +69,15 @@ def join(paths: Mapping[int, RankPath], cols: Mapping[int, Collectives], instanc
                 share = float(expected[rp.representative] / pp_wait[rp.representative])
         blocking = _metrics(by_cause, rp)
         metrics[str(rank)] = blocking | _savings(by_cause[rp.representative], rp, blocking)
-        waits_of[rank], shares[rank] = waits, share
+        shares[rank] = share
 
     # A rank's whole path (hundreds of entries before bounding) is built when needed and bounded at once:
     # holding every rank's for the walk across ranks grew the peak by ~120 MB at 1,024 ranks; the few
-    # ranks others waited for are kept a while (ranks wait for the same late ones).
+    # ranks others waited for are kept a while (ranks wait for the same late ones). Its waits are found
+    # again then: held from the loop above, every rank's were ~4 KB a rank more at the peak.
     @lru_cache(maxsize=ACROSS_CACHE)
     def entries_of(rank: int) -> list[dict[str, Any]]:
-        return _split_pipeline_wait(_entries(rank, paths[rank], cols, waits_of[rank]), shares[rank])
+        return _split_pipeline_wait(_entries(rank, paths[rank], cols, _waits(rank, cols, instances)), shares[rank])
 
     out = PathEntries()
     for rank in paths:
