@@ -28,6 +28,7 @@ from perfdoctor.cores import beside, sized_for
 from perfdoctor.diagnose import diagnose, load_rules
 from perfdoctor.errors import InputError
 from perfdoctor.execute import run_tasks
+from perfdoctor.heap import give_back
 from perfdoctor.load.discover import discover, discover_snapshots
 from perfdoctor.load.labels import config_mark, rank_mark
 from perfdoctor.load.run import assign_ranks, attach_snapshots, load_trace, merge_config
@@ -100,32 +101,36 @@ def analyze(paths: list[Path | str], config: dict[str, Any] | None = None,
     results = _reclassify(results, run.config, jobs, dask, store, seen)
     ranks = sorted((rank for r in results for rank in r.ranks), key=lambda rank: rank.info.rank)
     run.timelines = [rank.info for rank in ranks]
+    stages, world = rank_stages(run)
+    # The cross-rank analysis first, on each rank's collectives and critical path read from the store rank
+    # by rank, before the ranks' report content is loaded: their peaks and that content do not add up.
+    cols = Unpacked(Loaded(store, {rank.info.rank: rank.stored[1] for rank in ranks if rank.stored[1] >= 0},
+                           seen, 0))
+    waits = match(cols, {rank.info.rank: rank.exposed for rank in ranks if rank.exposed is not None},
+                  run.config, world)
+    give_back()  # match's table of every rank's instances, not reused by join: held, the two peaks added up
+    pp_theory = theory(run.config)[0] if (run.config.get("pp") or 1) > 1 else None
+    blocking, paths = join(Loaded(store, {rank.info.rank: rank.stored[2] for rank in ranks if rank.stored[2] >= 0},
+                                  seen, blame_join.ACROSS_CACHE), cols, waits.instances, pp_theory, waits.clock)
+    del cols
+    give_back()  # join's paths and entries of the ranks
+    for rank in ranks:
+        rank.load(store, seen)
+    store.close()
     devices, per_rank, series, excerpts = _summaries(ranks)
     memory_warnings = measure_run_memory(run, devices, per_rank, device_memory_bytes)
-    stages, world = rank_stages(run)
     across = rank_metrics(per_rank, stages)
     critical = across["pipeline.critical_stage"]
     for device in devices:
         if (run.config.get("pp") or 1) > 1 and stages.get(str(device.rank)) is not None:
             device.evidence["pipeline"] = stage_evidence(stages[str(device.rank)],
                                                          per_rank.get(str(device.rank), {}), critical)
-    # Each rank's collectives and critical path stay in the store until match and join read them, rank by rank.
-    cols = Unpacked(Loaded(store, {rank.info.rank: rank.stored[0] for rank in ranks if rank.stored[0] >= 0},
-                           seen, 0))
-    waits = match(cols,
-                  {int(r): {g: m.get(f"comm.{g}.exposed_ms") for g in GROUPS} for r, m in per_rank.items()},
-                  run.config, world)
     for device in devices:
         if str(device.rank) in waits.evidence:
             device.evidence["peers"] = waits.evidence[str(device.rank)]
     for r, metrics in per_rank.items():
         metrics.update(waits.metrics.get(r, {}))
         metrics["ranks.late_ms"] = waits.late_ms.get(r)
-    pp_theory = theory(run.config)[0] if (run.config.get("pp") or 1) > 1 else None
-    blocking, paths = join(Loaded(store, {rank.info.rank: rank.stored[1] for rank in ranks if rank.stored[1] >= 0},
-                                  seen, blame_join.ACROSS_CACHE), cols, waits.instances, pp_theory, waits.clock)
-    del cols
-    store.close()
     for r, metrics in per_rank.items():
         metrics.update(blocking.get(r) or dict.fromkeys(BLOCKING_KEYS))
     blocking_all = blocking_across(per_rank)
@@ -198,19 +203,29 @@ class FileTask:
 
 @dataclass
 class RankResult:
-    """What one rank's task sends back (small and picklable; never the timeline)."""
+    """What one rank's task sends back (small and picklable; never the timeline). As the driver receives
+    it (analyze_packed), only ``info`` and ``exposed``: the rest is in the records ``stored`` numbers."""
 
     info: TimelineInfo
     device: DeviceSummary
     metrics: dict[str, Any] | None
     series: dict[str, list[float]] | None
     excerpt: Any
-    collectives: Collectives | None  # None as the driver receives it: in its ``stored`` record, packed
+    collectives: Collectives | None
     trace_excerpt: Any = None
-    blame: RankPath | None = None  # as collectives
-    # Where analyze keeps the packed collectives and the critical path until match and join read them: their
-    # numbers in its Records (-1: none).
-    stored: tuple[int, int] = (-1, -1)
+    blame: RankPath | None = None
+    # Per communication group, the metrics' comm.<group>.exposed_ms (what match needs of them); None without
+    # metrics. Set where the task runs.
+    exposed: dict[str, float | None] | None = None
+    # Where analyze keeps the rank until its turn: the numbers in its Records of the report's content
+    # (device, metrics, series, excerpts: :meth:`load`), of the packed collectives and of the critical path
+    # (read by match and join); -1: none.
+    stored: tuple[int, int, int] = (-1, -1, -1)
+
+    def load(self, store: Records, seen: dict[Any, Any]) -> None:
+        """The report's content of the rank, from ``store`` (names resolved in ``seen``: perfdoctor.shared)."""
+        self.device, self.metrics, self.series, self.excerpt, self.trace_excerpt = \
+            shared.loads(store[self.stored[0]], seen)
 
 
 @dataclass
@@ -222,27 +237,28 @@ class FileResult:
     ranks: list[RankResult] = field(default_factory=list)
 
 
-# What a file's task sends back (analyze_packed): the FileResult without its ranks' collectives and critical
-# paths, and per rank those two (Packed, RankPath), each pickled on its own (perfdoctor.shared).
-Sent = tuple[bytes, list[tuple[bytes | None, bytes | None]]]
+# What a file's task sends back (analyze_packed): the FileResult with only its ranks' identities, and per
+# rank its report content (RankResult.load), its packed collectives and its critical path, each pickled on its
+# own (perfdoctor.shared).
+Sent = tuple[bytes, list[tuple[bytes, bytes | None, bytes | None]]]
 # A Sent in the driver's Records: the record numbers in its place (-1: none).
-Stored = tuple[int, list[tuple[int, int]]]
+Stored = tuple[int, list[tuple[int, int, int]]]
 
 
 def _stored(sent: Sent, store: Records) -> Stored:
     """A file's result as the driver holds it while the pool runs: in ``store``, two integers a record."""
-    head, cross = sent
-    return store.add(head), [(-1 if c is None else store.add(c), -1 if b is None else store.add(b)) for c, b in cross]
+    head, parts = sent
+    return store.add(head), [tuple(-1 if p is None else store.add(p) for p in part) for part in parts]
 
 
 def _kept(stored: Stored, store: Records, seen: dict[Any, Any]) -> FileResult:
     """A file's result as the driver keeps it until the report is made: the names in it (metrics, kernels,
-    categories, environment, tables) in one copy among all files (perfdoctor.shared); each rank's collectives
-    and critical path left in ``store`` (RankResult.stored)."""
-    head, cross = stored
+    categories, environment, tables) in one copy among all files (perfdoctor.shared); each rank's report
+    content, collectives and critical path left in ``store`` (RankResult.stored)."""
+    head, numbers = stored
     result = shared.loads(store[head], seen)
-    for rank, numbers in zip(result.ranks, cross):
-        rank.stored = numbers
+    for rank, stored_at in zip(result.ranks, numbers):
+        rank.stored = stored_at
     return result
 
 
@@ -288,12 +304,16 @@ def analyze_packed(task: FileTask) -> Sent:
     (perfdoctor.measure.collectives.pack) and pickled apart with its critical path, for the driver to keep
     out of memory until the cross-rank analysis reads them."""
     result = analyze_file(task)
-    cross = []
+    parts = []
     for rank in result.ranks:
-        cross.append((None if rank.collectives is None else shared.dumps(pack(rank.collectives)),
+        parts.append((shared.dumps((rank.device, rank.metrics, rank.series, rank.excerpt, rank.trace_excerpt)),
+                      None if rank.collectives is None else shared.dumps(pack(rank.collectives)),
                       None if rank.blame is None else shared.dumps(rank.blame)))
+        if rank.metrics is not None:
+            rank.exposed = {g: rank.metrics.get(f"comm.{g}.exposed_ms") for g in GROUPS}
+        rank.device = rank.metrics = rank.series = rank.excerpt = rank.trace_excerpt = None  # type: ignore[assignment]
         rank.collectives = rank.blame = None
-    return shared.dumps(result), cross
+    return shared.dumps(result), parts
 
 
 def analyze_file(task: FileTask) -> FileResult:

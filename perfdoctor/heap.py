@@ -47,8 +47,15 @@ def give_back_freed(copied_bytes: int) -> bool:
     least :data:`MMAP_ABOVE` bytes are mapped on their own, so nothing later reuses those freed chunks and
     they stay resident: measured on a 10M-kernel export, 600 MB of the 1.3 GB held after reading the kernels.
     Below that size later arrays reuse the freed chunks (what :func:`keep_freed_memory` is for), so the heap
-    is left as it is. ``malloc_trim`` only returns whole free pages; it never moves or frees live data."""
-    if copied_bytes < MMAP_ABOVE or not sys.platform.startswith("linux"):
+    is left as it is."""
+    return copied_bytes >= MMAP_ABOVE and give_back()
+
+
+def give_back() -> bool:
+    """Hand the heap's free pages back to the kernel (``malloc_trim``); whether it did (False off glibc).
+    For the end of a phase whose temporaries later phases do not reuse. It only returns whole free pages;
+    it never moves or frees live data."""
+    if not sys.platform.startswith("linux"):
         return False
     import ctypes
 

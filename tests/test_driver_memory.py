@@ -21,6 +21,7 @@ import yaml
 from perfdoctor import api, shared
 from perfdoctor.blame import join as join_module
 from perfdoctor.blame.entries import PathEntries
+from perfdoctor.classify.groups import GROUPS
 from perfdoctor.measure import collectives as collectives_module
 from perfdoctor.measure.collectives import Packed, Unpacked, pack, unpack
 from perfdoctor.records import Loaded, Records
@@ -102,12 +103,16 @@ def test_the_driver_keeps_packed_shared_results(tmp_path: Path) -> None:
     kept = [api._kept(api._stored(api.analyze_packed(api.FileTask(p, {}, False)), store), store, seen)
             for p in sorted(run.iterdir())]
     ranks = [r for f in kept for r in f.ranks]
-    assert all(r.collectives is None and r.blame is None for r in ranks)  # in the store, not in memory
+    assert all(r.device is r.metrics is r.collectives is r.blame is None for r in ranks)  # in the store
+    assert all(r.exposed is not None and set(r.exposed) == set(GROUPS) for r in ranks)
+    assert kept[0].trace.tables is kept[2].trace.tables
+    for r in ranks:
+        r.load(store, seen)
+    assert all(r.exposed == {g: r.metrics.get(f"comm.{g}.exposed_ms") for g in GROUPS} for r in ranks)
     keys = [list(r.metrics) for r in ranks]
     assert all(a is b for a, b in zip(keys[0], keys[2]))  # one copy of each metric name among ranks
-    assert kept[0].trace.tables is kept[2].trace.tables
-    cols = Loaded(store, {i: r.stored[0] for i, r in enumerate(ranks)}, seen, 0)
-    paths = Loaded(store, {i: r.stored[1] for i, r in enumerate(ranks)}, seen, 1)
+    cols = Loaded(store, {i: r.stored[1] for i, r in enumerate(ranks)}, seen, 0)
+    paths = Loaded(store, {i: r.stored[2] for i, r in enumerate(ranks)}, seen, 1)
     assert all(isinstance(cols[i], Packed) for i in range(3))
     assert paths[0].path["names"][0] is paths[2].path["names"][0]
     last = paths[1]
@@ -201,8 +206,8 @@ def test_what_the_driver_holds_while_the_tasks_run_does_not_grow_with_the_ranks(
             api.analyze([run], jobs=2, timeline_excerpts=False)  # the tasks in a pool, as the CLI runs them
         finally:
             tracemalloc.stop()
-    head, cross = api.analyze_packed(api.FileTask(next(run.iterdir()), {}, False))
-    sent = len(head) + sum(len(b or b"") for pair in cross for b in pair)
+    head, parts = api.analyze_packed(api.FileTask(next(run.iterdir()), {}, False))
+    sent = len(head) + sum(len(b or b"") for part in parts for b in part)
     per_rank = (held[many] - held[few]) / (many - few)
     print(f"held {per_rank:.0f} B a rank while the tasks run, sent {sent} B a rank")
     assert per_rank < sent / 20, (per_rank, sent)
