@@ -82,7 +82,10 @@ def match(cols: Mapping[int, Collectives], exposed_ms: dict[int, dict[str, float
     frame = _instances(cols, config, world)
     if frame is None:
         return PeerWaits({}, {}, {}, None, None)
-    done = {k: v[frame["complete"]] for k, v in frame.items()}
+    # Of the complete instances, the columns read from here on; of all, those the totals need: the rest of
+    # the table is not held beside them.
+    done = {k: frame[k][frame["complete"]] for k in ("rank", "g", "i", "instance", "start", "end")}
+    frame = {k: frame[k] for k in ("rank", "g", "complete")}
     instances = grouped.groups(done["instance"])  # a whole instance is complete or not
     done["instance"] = instances.codes
     offsets, residual = _align(done, instances, cols)
@@ -163,6 +166,7 @@ def _instances(cols: Mapping[int, Collectives], config: dict[str, Any],
              "g": np.concatenate(group), "c": np.concatenate([np.searchsorted(comm_ids, c) for c in comm]),
              "stream": np.concatenate(stream), "seq": np.concatenate(seq), "start": np.concatenate(start),
              "end": np.concatenate(end), "i": np.concatenate([np.arange(len(g)) for g in group])}
+    del group, comm, stream, seq, start, end  # each rank's copy, not held beside the whole table
     # The (rank, group, communicator) pairs, in order of first appearance.
     by_pair = grouped.groups(frame["rank"], frame["g"], frame["c"])
     appearance = np.argsort(by_pair.order[by_pair.starts], kind="stable")
