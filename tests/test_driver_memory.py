@@ -12,16 +12,19 @@ import io
 import json
 import shutil
 import sqlite3
+import tempfile
 import tracemalloc
 from pathlib import Path
 
 import numpy as np
+import pytest
 import yaml
 
 from perfdoctor import api, shared
 from perfdoctor.blame import join as join_module
 from perfdoctor.blame.entries import PathEntries
 from perfdoctor.classify.groups import GROUPS
+from perfdoctor.errors import InputError
 from perfdoctor.measure import collectives as collectives_module
 from perfdoctor.measure.collectives import Packed, Unpacked, pack, unpack
 from perfdoctor.records import Loaded, Records
@@ -130,6 +133,12 @@ def test_records_read_back_what_was_written_and_load_only_what_is_asked_for(monk
     assert 7 in loaded and 8 not in loaded and list(loaded) == [7] and len(loaded) == 1 and not calls
     assert loaded[7] == "loaded" and len(calls) == 1
     store.close()
+
+
+def test_records_without_a_writable_temporary_folder_say_so_in_one_line(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "missing"))
+    with pytest.raises(InputError, match="temporary folder .*missing.*set TMPDIR"):
+        Records().add(b"x")
 
 
 def test_shared_pickle_loads_what_a_plain_pickle_does() -> None:
