@@ -246,7 +246,7 @@ Stored = tuple[int, list[tuple[int, int, int]]]
 
 
 def _stored(sent: Sent, store: Records) -> Stored:
-    """A file's result as the driver holds it while the pool runs: in ``store``, two integers a record."""
+    """A file's result as the driver holds it while the pool runs: in ``store``, an integer a record here."""
     head, parts = sent
     return store.add(head), [tuple(-1 if p is None else store.add(p) for p in part) for part in parts]
 
@@ -299,10 +299,10 @@ def _summaries(ranks: list[RankResult]) -> tuple[list[DeviceSummary], dict[str, 
 
 
 def analyze_packed(task: FileTask) -> Sent:
-    """:func:`analyze_file` as the driver receives it (:data:`Sent`): pickled with its names shared (see
-    :func:`_kept`), each rank's collective instances packed where the task runs
-    (perfdoctor.measure.collectives.pack) and pickled apart with its critical path, for the driver to keep
-    out of memory until the cross-rank analysis reads them."""
+    """:func:`analyze_file` as the driver receives it (:data:`Sent`), pickled with its names shared (see
+    :func:`_kept`): the ranks' identities, and apart each rank's report content, collective instances (packed
+    where the task runs: perfdoctor.measure.collectives.pack) and critical path, for the driver to keep out of
+    memory until their turn (the cross-rank analysis reads the last two, then the report the first)."""
     result = analyze_file(task)
     parts = []
     for rank in result.ranks:
