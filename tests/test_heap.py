@@ -44,3 +44,14 @@ def test_freed_heap_pages_go_back_only_after_columns_too_large_to_reuse_them() -
     chunks = [bytearray(100_000) for _ in range(2_000)]  # heap chunks (below the mmap threshold) ...
     del chunks[:-1]  # ... freed below a live one, so only a trim gives their pages back
     assert heap.give_back_freed(heap.MMAP_ABOVE) is GLIBC
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="huge pages are a Linux kernel's")
+def test_it_turns_numpys_huge_page_advice_off() -> None:
+    """After the set-up numpy no longer advises huge pages (its switch returns the setting it replaces)."""
+    code = ("from numpy._core.multiarray import _set_madvise_hugepage as advise\n"
+            "before = advise(True); advise(before)\n"
+            "from perfdoctor.heap import keep_freed_memory; keep_freed_memory()\n"
+            "print(before, advise(False))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split()[1] == "False"
