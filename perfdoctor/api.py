@@ -27,6 +27,7 @@ from perfdoctor.cores import beside, sized_for
 from perfdoctor.diagnose import diagnose, load_rules
 from perfdoctor.errors import InputError
 from perfdoctor.execute import run_tasks
+from perfdoctor.heap import huge_pages_for
 from perfdoctor.load.discover import discover, discover_snapshots
 from perfdoctor.load.labels import config_mark, rank_mark
 from perfdoctor.load.run import assign_ranks, attach_snapshots, load_trace, merge_config
@@ -275,7 +276,8 @@ def analyze_file(task: FileTask) -> FileResult:
     result = FileResult(trace, run.config, task.excerpts, task.trace_excerpts)
     while timelines:
         tl = timelines.pop(0).filled()
-        with sized_for(sum(t.nbytes for t in (tl.kernels, tl.api, tl.nvtx, tl.memcpy, tl.memset))):
+        with sized_for(sum(t.nbytes for t in (tl.kernels, tl.api, tl.nvtx, tl.memcpy, tl.memset))), \
+                huge_pages_for(8 * max(len(t) for t in (tl.kernels, tl.api, tl.nvtx, tl.memcpy, tl.memset))):
             result.ranks.append(analyze_timeline(tl, run.config, task.excerpts, task.trace_excerpts))
         del tl  # not held while the next timeline is analysed
     return result

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from perfdoctor.errors import InputError, shown
+from perfdoctor.heap import huge_pages_for
 from perfdoctor.load.graph_trace import read_replays, with_replays
 from perfdoctor.load.nccl_payload import read_payloads
 from perfdoctor.load.pieces import Pieces
@@ -352,7 +353,7 @@ class _Filler:
     def __call__(self, tl: Timeline) -> Timeline:
         gpid = tl.global_pid
         if gpid not in self.built:
-            with _bad_input(tl.trace.path):
+            with _bad_input(tl.trace.path), huge_pages_for(8 * self.pieces.most_rows(gpid)):
                 self.built[gpid] = {name: self._build(name, gpid) for name in ("kernels", "memcpy", "memset", "api")}
         rows = self.built[gpid]
         self.left[gpid] -= 1
