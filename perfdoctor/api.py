@@ -28,7 +28,7 @@ from perfdoctor.cores import beside, sized_for
 from perfdoctor.diagnose import diagnose, load_rules
 from perfdoctor.errors import InputError
 from perfdoctor.execute import run_tasks
-from perfdoctor.heap import give_back
+from perfdoctor.heap import give_back, huge_pages_for
 from perfdoctor.load.discover import discover, discover_snapshots
 from perfdoctor.load.labels import config_mark, rank_mark
 from perfdoctor.load.run import assign_ranks, attach_snapshots, load_trace, merge_config
@@ -326,26 +326,27 @@ def analyze_file(task: FileTask) -> FileResult:
     result = FileResult(trace, run.config, task.excerpts, task.trace_excerpts)
     while timelines:
         tl = timelines.pop(0).filled()
-        with sized_for(sum(t.nbytes for t in (tl.kernels, tl.api, tl.nvtx, tl.memcpy, tl.memset))):
+        with sized_for(sum(t.nbytes for t in (tl.kernels, tl.api, tl.nvtx, tl.memcpy, tl.memset))), \
+                huge_pages_for(8 * max(len(t) for t in (tl.kernels, tl.api, tl.nvtx, tl.memcpy, tl.memset))):
             result.ranks.append(analyze_timeline(tl, run.config, task.excerpts, task.trace_excerpts))
         del tl  # not held while the next timeline is analysed
     return result
 
 
 def analyze_timeline(tl: Timeline, config: dict[str, Any], excerpts: bool, trace_excerpts: bool = False) -> RankResult:
-    """One rank: classify → measure → summary. Where the task has a second core, measurements that do not
-    need each other run beside each other (:func:`perfdoctor.cores.beside`): the host gaps and launch
-    statistics (they need only the timeline, its steps and activity) beside the group labelling and the
-    breakdown, the per-step series and the work units beside the metrics."""
+    """One rank: classify → measure → summary → critical path. Where the task has a second core, the
+    critical path (:func:`blame`, the largest single piece of work: it needs only the taxonomy, the group
+    labels and the steps) is computed beside every other measurement (:func:`perfdoctor.cores.beside`),
+    started as soon as its inputs are known; one at a time, it comes last, after the measurements'
+    intervals are let go."""
     kcls = kernel_classes(tl.kernels)
     ccls = copy_classes(tl.memcpy)
     window = activity_window(tl)
     steps = find_steps(tl, window, kcls) if window else None
-    act = activity(tl, kcls, ccls)
     on_device = tl.device_id is not None and steps is not None and len(steps) > 0
-    gaps_later = beside(host_gaps, tl, steps, act.busy) if on_device else None
-    launches_later = beside(launch_stats, tl) if on_device else None
     groups = label_groups(tl, kcls, config)
+    blame_later = beside(blame, tl, kcls, ccls, groups, steps) if on_device else None
+    act = activity(tl, kcls, ccls)
     device = summarize(tl, kcls, ccls, act, steps)
     device.groups = groups.summary(tl.kernels)
     info = TimelineInfo(trace=tl.trace, pid=tl.pid, global_pid=tl.global_pid, device_id=tl.device_id,
@@ -359,22 +360,20 @@ def analyze_timeline(tl: Timeline, config: dict[str, Any], excerpts: bool, trace
     result.excerpt = excerpt(tl, kcls, act, steps, groups, by_group, config) if excerpts else None
     if trace_excerpts:
         result.trace_excerpt = trace_excerpt(tl, kcls, ccls, act, steps, groups, by_group, config)
-    series_later = beside(step_series, tl.kernels, act, steps, groups, by_group)
-    work_later = beside(kernel_work, tl.kernels, kcls, steps)
-    gaps = gaps_later.result() if gaps_later else None
-    launches = launches_later.result() if launches_later else None
+    gaps = host_gaps(tl, steps, act.busy) if on_device else None
+    launches = launch_stats(tl) if on_device else None
     result.metrics, device.evidence = timeline_metrics(tl, kcls, act, steps, groups, by_group, gaps, launches,
                                                        config)
     result.metrics |= graph_metrics(tl, steps)
-    result.series = series_later.result()
-    if (work := work_later.result()) is not None:
+    result.series = step_series(tl.kernels, act, steps, groups, by_group)
+    if (work := kernel_work(tl.kernels, kcls, steps)) is not None:
         device.evidence["work"] = work
-    if gaps is not None:
+    if blame_later is not None:
         result.collectives = collectives(tl, act, steps, groups, by_group, gaps)
-        # The blame graph is the rank's largest structure (at 10M kernels, 0.9 GB): the measurements'
-        # intervals and gaps are let go before it is built, not held beside it.
-        del act, by_group, gaps, launches, gaps_later, launches_later, series_later, work_later
-        result.blame = blame(tl, kcls, ccls, groups, steps)
+        # The blame graph is the rank's largest structure (at 10M kernels, 0.9 GB): one measurement at a
+        # time, the measurements' intervals and gaps are let go before it is built, not held beside it.
+        del act, by_group, gaps, launches
+        result.blame = blame_later.result()
     return result
 
 

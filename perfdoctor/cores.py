@@ -5,8 +5,8 @@ perfdoctor.execute runs one task per process on as many processes as ``--jobs`` 
 :data:`PER_TASK` says which: the SQLite reader splits a large table into that many slices read at
 once, and the analysis of a timeline runs its independent measurements beside each other
 (:func:`beside`). numpy releases the GIL in its array loops, so two threads of array work overlap:
-measured on a 1M-kernel timeline, host gaps and launch statistics beside group labelling and the
-breakdown took 58 ms instead of 94 ms (medians of 5, 2 cores).
+the critical path (perfdoctor.blame, the largest piece of a timeline's analysis) is computed beside the
+other measurements (perfdoctor.api.analyze_timeline).
 """
 
 from __future__ import annotations

@@ -44,3 +44,24 @@ def test_freed_heap_pages_go_back_only_after_columns_too_large_to_reuse_them() -
     chunks = [bytearray(100_000) for _ in range(2_000)]  # heap chunks (below the mmap threshold) ...
     del chunks[:-1]  # ... freed below a live one, so only a trim gives their pages back
     assert heap.give_back_freed(heap.MMAP_ABOVE) is GLIBC
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="huge pages are a Linux kernel's")
+def test_numpys_huge_page_advice_is_on_only_for_arrays_mapped_on_their_own() -> None:
+    """After the set-up numpy no longer advises huge pages, except inside ``huge_pages_for`` a size past
+    the mmap threshold (restored after); in a process that did not set it up, ``huge_pages_for`` changes
+    nothing. numpy's switch returns the setting it replaces."""
+    code = ("from numpy._core.multiarray import _set_madvise_hugepage as advise\n"
+            "from perfdoctor import heap\n"
+            "def now(): v = advise(False); advise(v); return v\n"
+            "default = now()\n"
+            "with heap.huge_pages_for(0): untouched = now()\n"
+            "heap.keep_freed_memory()\n"
+            "after_setup = now()\n"
+            "with heap.huge_pages_for(heap.MMAP_ABOVE): big = now()\n"
+            "with heap.huge_pages_for(heap.MMAP_ABOVE - 1): small = now()\n"
+            "print(default, untouched, after_setup, big, small, now())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    default, untouched, after_setup, big, small, restored = out
+    assert untouched == default
+    assert (after_setup, big, small, restored) == ("False", "True", "False", "False")

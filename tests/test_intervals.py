@@ -61,3 +61,35 @@ def test_empty_inputs() -> None:
 def test_touching_intervals_merge() -> None:
     s, e = iv.union(np.array([0, 10, 30]), np.array([10, 20, 40]))
     assert s.tolist() == [0, 30] and e.tolist() == [20, 40]
+
+
+def _separate(rng: np.random.Generator, n: int, touch: float) -> iv.Intervals:
+    """``n`` sorted, non-empty, non-overlapping intervals; about ``touch`` of them end where the next begins."""
+    cuts = np.sort(rng.choice(np.arange(1, 40 * n + 2), size=2 * n, replace=False))
+    starts, ends = cuts[0::2].copy(), cuts[1::2].copy()
+    joined = rng.random(n - 1) < touch if n > 1 else np.zeros(0, dtype=bool)
+    ends[:-1][joined] = starts[1:][joined]  # steps touch; unions never do
+    return starts.astype(np.int64), ends.astype(np.int64)
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_intersect_of_separate_sets_is_the_pairwise_sweep(seed: int) -> None:
+    """The run-wise intersection (both sets sorted and separate) gives the pairwise sweep's arrays exactly:
+    the same pieces in the same order, the same dtype, whichever side is the smaller."""
+    rng = np.random.default_rng(seed)
+    a = _separate(rng, int(rng.integers(1, 300)), touch=float(rng.choice([0.0, 0.3, 1.0])))
+    b = _separate(rng, int(rng.integers(1, 12)) if seed % 2 else int(rng.integers(1, 300)), touch=0.5)
+    for x, y in ((a, b), (b, a), (a, a)):
+        got, want = iv.intersect(x, y), iv._intersect_pairs(x, y)
+        assert got[0].dtype == want[0].dtype and got[1].dtype == want[1].dtype
+        assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+
+
+def test_intersect_of_sets_that_overlap_themselves_keeps_the_sweep() -> None:
+    """Overlapping or empty intervals are not separate: the pairwise sweep answers for them."""
+    a = (np.array([0, 5, 20]), np.array([10, 8, 30]))  # 5..8 lies inside 0..10
+    b = (np.array([4, 25]), np.array([6, 26]))
+    assert not iv._separate(a) and iv._separate(b)
+    got, want = iv.intersect(a, b), iv._intersect_pairs(a, b)
+    assert got[0].tolist() == want[0].tolist() == [4, 5, 25] and got[1].tolist() == want[1].tolist() == [6, 6, 26]
+    assert not iv._separate((np.array([0, 3]), np.array([0, 9])))  # an empty interval

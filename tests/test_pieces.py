@@ -150,3 +150,30 @@ def test_spilled_chunks_of_two_widths_join_at_the_wider():
     routed.add("api", key, Table({"corr": np.array([7, 1 << 40], dtype=np.int64)}))
     got = routed.take("api", 2 << 24)["corr"]
     assert routed.spilled and got.dtype == np.int64 and got.tolist() == [6, 1 << 40]
+
+
+def test_read_many_gives_each_table_in_file_order_with_slices_read_across_tables(monkeypatch):
+    """Several tables through one queue of slices (read ahead across the tables' boundaries): each table's
+    slices, in order, are its whole read; a small table (read directly) and a missing one keep their place."""
+    from perfdoctor import cores
+
+    monkeypatch.setattr(sqlite_export, "SMALL_TABLE_ROWS", 400)
+    monkeypatch.setattr(cores, "PER_TASK", 3)
+    requests = [("CUPTI_ACTIVITY_KIND_KERNEL", {"start": "start", "corr": "correlationId", "missing": "NULL"}),
+                ("CUPTI_ACTIVITY_KIND_MEMSET", {"start": "start", "end": "end"}),
+                ("NO_SUCH_TABLE", {"start": "start"}),
+                ("CUPTI_ACTIVITY_KIND_RUNTIME", {"start": "start", "tid": "globalTid"}),
+                ("CUPTI_ACTIVITY_KIND_MEMCPY", {"start": "start", "bytes": "bytes"})]
+    db = sqlite_export.SqliteExport(REAL_H100)
+    try:
+        whole = [db.read(table, columns) for table, columns in requests]
+        got = list(db.read_many(requests, rows=333))
+    finally:
+        db.close()
+    order = [i for i, _ in got]
+    assert order == sorted(order) and set(order) == {0, 1, 3, 4}  # the missing table gives no slice
+    assert [i for i, _ in got].count(1) == 1  # the small table: one read
+    for i, want in enumerate(whole):
+        parts = [part for j, part in got if j == i]
+        assert (Table.concat(parts).equals(want) if parts else not len(want))
+        assert i == 1 or all(len(p) <= 333 for p in parts)

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from perfdoctor.errors import InputError, shown
+from perfdoctor.heap import huge_pages_for
 from perfdoctor.load.graph_trace import read_replays, with_replays
 from perfdoctor.load.nccl_payload import read_payloads
 from perfdoctor.load.pieces import Pieces
@@ -265,8 +266,7 @@ def read_timelines(db: SqliteExport, info: TraceInfo, *, detail: bool = True) ->
            "memcpy": (MEMCPY_TABLE, {**DEVICE_COLUMNS, "bytes": "bytes", "copy_kind": "copyKind"}, "global_pid"),
            "memset": (MEMSET_TABLE, {**DEVICE_COLUMNS, "bytes": "bytes"}, "global_pid"),
            "api": (RUNTIME_TABLE, _api_columns(detail), "tid")}
-    for name, (table, wanted, key) in big.items():
-        _route(db, pieces, name, table, wanted, key)
+    _route(db, pieces, [(name, table, wanted, key) for name, (table, wanted, key) in big.items()])
     replays = read_replays(db, info.warnings)  # graph-mode CUDA graphs as kernel rows
     with _values_of(SYNC_TABLE):
         sync = _device_table(db, SYNC_TABLE, {"sync_type": "syncType"})
@@ -321,12 +321,14 @@ def read_timelines(db: SqliteExport, info: TraceInfo, *, detail: bool = True) ->
 ROUTED_NARROW = {"kernels": (*NARROW_COLUMNS, "short_id", "demangled_id"), "api": ("correlation_id", "name_id")}
 
 
-def _route(db: SqliteExport, pieces: Pieces, name: str, table: str, wanted: dict[str, str], key: str) -> None:
-    """Read a large table slice by slice, its integer columns checked and NULLs filled, each slice's rows
-    routed to their process (a CUDA call's by its thread's globalTid)."""
-    narrow = ROUTED_NARROW.get(name, ())
-    with _values_of(table):
-        for raw in db.read_slices(table, _select(db, table, wanted)):
+def _route(db: SqliteExport, pieces: Pieces, specs: list[tuple[str, str, dict[str, str], str]]) -> None:
+    """Read the large tables (name, table, columns, routing key) slice by slice, one after the other, their
+    integer columns checked and NULLs filled, each slice's rows routed to their process (a CUDA call's by
+    its thread's globalTid)."""
+    for i, raw in db.read_many([(table, _select(db, table, wanted)) for _, table, wanted, _ in specs]):
+        name, table, wanted, key = specs[i]
+        narrow = ROUTED_NARROW.get(name, ())
+        with _values_of(table):
             rows = _integers(raw, list(wanted))
             process = rows[key] & PID_MASK if key == "tid" else rows[key]
             kept = {c: _narrow(rows[c]) if c in narrow else rows[c] for c in rows.columns if c != "global_pid"}
@@ -352,7 +354,7 @@ class _Filler:
     def __call__(self, tl: Timeline) -> Timeline:
         gpid = tl.global_pid
         if gpid not in self.built:
-            with _bad_input(tl.trace.path):
+            with _bad_input(tl.trace.path), huge_pages_for(8 * self.pieces.most_rows(gpid)):
                 self.built[gpid] = {name: self._build(name, gpid) for name in ("kernels", "memcpy", "memset", "api")}
         rows = self.built[gpid]
         self.left[gpid] -= 1

@@ -140,6 +140,10 @@ class Pieces:
         if self._spilling:
             give_back_freed(self._held)
 
+    def most_rows(self, process: int) -> int:
+        """The most rows the process has in one table (its largest column's length once taken)."""
+        return max((held.rows for (_, p), held in self._rows.items() if p == process), default=0)
+
     def take(self, table: str, process: int) -> Table | None:
         """The process's rows of ``table`` in file order (then forgotten); None when it has none."""
         held = self._rows.pop((table, process), None)

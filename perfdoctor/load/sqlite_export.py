@@ -133,44 +133,67 @@ class SqliteExport:
         to its process). Up to ``cores.PER_TASK`` slices are read at once, on threads (connectorx releases
         the GIL); a small table is one slice. Each slice's NULL-placeholder columns are all NaN, as in
         :meth:`read`."""
-        present = _present(columns)
-        rowids = self._rowids(table) if table in self.tables and present else None
-        if rowids is None:
-            frame = self.read(table, columns)
-            if len(frame):
-                yield frame
+        for _, part in self.read_many([(table, columns)], rows):
+            yield part
+
+    def read_many(self, requests: list[tuple[str, Mapping[str, str]]],
+                  rows: int | None = None) -> Iterator[tuple[int, Table]]:
+        """:meth:`read_slices` of several tables, one after the other, as (request index, slice): the slices
+        of all of them are one queue with up to ``cores.PER_TASK`` in flight, so the next table's first
+        slices are read while the last ones of this table are still being turned into columns (one
+        table after another, the readers waited for that, and for the slowest slice, at every boundary)."""
+        plans: list[tuple[int, str, Mapping[str, str], dict[str, str], list[str] | None]] = []
+        for index, (table, columns) in enumerate(requests):
+            present = _present(columns)
+            rowids = self._rowids(table) if table in self.tables and present else None
+            queries = None
+            if rowids is not None:
+                select = ", ".join(f"{expr} AS {name}" for name, expr in present.items())
+                low, high = rowids
+                bounds = list(range(low, high + 1, max(rows or SLICE_ROWS, 1))) + [high + 1]
+                queries = _rowid_slices(f"SELECT {select} FROM [{table}]", bounds)
+            plans.append((index, table, columns, present, queries))
+        work = [query for *_, queries in plans if queries for query in queries]
+        if not work:
+            for index, table, columns, _, _ in plans:
+                frame = self.read(table, columns)
+                if len(frame):
+                    yield index, frame
             return
         from concurrent.futures import ThreadPoolExecutor
 
         import connectorx  # noqa: F401  # imported here, once, not by two slice threads at the same time
 
-        select = ", ".join(f"{expr} AS {name}" for name, expr in present.items())
-        sql = f"SELECT {select} FROM [{table}]"
-        low, high = rowids
-        bounds = list(range(low, high + 1, max(rows or SLICE_ROWS, 1))) + [high + 1]
-        queries = _rowid_slices(sql, bounds)
         ahead = max(1, cores.PER_TASK)
         with ThreadPoolExecutor(max_workers=ahead, thread_name_prefix="perfdoctor-read") as pool:
-            pending = [pool.submit(self._arrow, q) for q in queries[:ahead]]
-            for i in range(len(queries)):
-                try:
-                    _, batches = pending.pop(0).result()
-                except BaseException:
-                    for f in pending:  # slices read ahead are released before the error is raised
-                        if f.exception() is None:
-                            arrow_c.release(f.result()[1])
-                    raise
-                if i + ahead < len(queries):
-                    pending.append(pool.submit(self._arrow, queries[i + ahead]))
-                try:
-                    part = arrow_c.columns(batches, list(present))
-                except ValueError as exc:
-                    raise InputError(f"{self.path}: {exc}") from None
-                if not part or not len(next(iter(part.values()))):
-                    continue
-                n = len(next(iter(part.values())))
-                yield Table({name: part[name] if name in part else np.full(n, np.nan) for name in columns},
-                            rows=n)
+            pending = [pool.submit(self._arrow, q) for q in work[:ahead]]
+            queued = len(pending)
+            try:
+                for index, table, columns, present, queries in plans:
+                    if queries is None:
+                        frame = self.read(table, columns)
+                        if len(frame):
+                            yield index, frame
+                        continue
+                    for _ in queries:
+                        _, batches = pending.pop(0).result()
+                        if queued < len(work):
+                            pending.append(pool.submit(self._arrow, work[queued]))
+                            queued += 1
+                        try:
+                            part = arrow_c.columns(batches, list(present))
+                        except ValueError as exc:
+                            raise InputError(f"{self.path}: {exc}") from None
+                        if not part or not len(next(iter(part.values()))):
+                            continue
+                        n = len(next(iter(part.values())))
+                        yield index, Table({name: part[name] if name in part else np.full(n, np.nan)
+                                            for name in columns}, rows=n)
+            except BaseException:
+                for f in pending:  # slices read ahead are released before the error goes on
+                    if f.exception() is None:
+                        arrow_c.release(f.result()[1])
+                raise
 
     def _rowids(self, table: str) -> tuple[int, int] | None:
         """The first and last rowid of a large table, to slice it by; ``None`` for a small one (at most

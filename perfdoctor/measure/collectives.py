@@ -28,7 +28,7 @@ from perfdoctor.measure import grouped
 from perfdoctor.measure import intervals as iv
 from perfdoctor.measure.activity import Activity, GroupComm
 from perfdoctor.measure.host import CAUSES, HostGaps
-from perfdoctor.measure.steps import Steps
+from perfdoctor.measure.steps import Steps, step_at
 from perfdoctor.model import Timeline
 from perfdoctor.table import Table
 from perfdoctor.width import narrow, offsets, rows, widened
@@ -84,7 +84,7 @@ def collectives(tl: Timeline, act: Activity, steps: Steps, groups: GroupLabels, 
 
     # The interval before each arrival: from the previous instance of the same group ends (or the step
     # starts, whichever is later) to this one's start.
-    step_of = np.clip(np.searchsorted(steps.starts, start, side="right") - 1, 0, max(len(steps) - 1, 0))
+    step_of = np.clip(step_at(steps.starts, start), 0, max(len(steps) - 1, 0))
     before = steps.starts[step_of] if len(steps) else start.copy()
     prev_end = np.full(start.size, np.iinfo(np.int64).min, dtype=np.int64)
     for g in np.unique(group):

@@ -32,7 +32,7 @@ import numpy as np
 from perfdoctor.classify.projection import calls_of, kernel_launch_calls, launch_calls
 from perfdoctor.load.labels import labelled, matching
 from perfdoctor.measure import intervals as iv
-from perfdoctor.measure.steps import Steps
+from perfdoctor.measure.steps import Steps, step_at
 from perfdoctor.memo import per_object
 from perfdoctor.model import Timeline
 from perfdoctor.table import Table, factorize
@@ -108,7 +108,7 @@ def host_gaps(tl: Timeline, steps: Steps, busy: iv.Intervals) -> HostGaps:
     by_cause = {c: table[:, i + 1] for i, c in enumerate(CAUSES)}
     waiting = cause == DEVICE_WAIT
     device_wait, idle = table[:, 0], table.sum(axis=1)
-    spans = {c: (g0[cause == i], g1[cause == i]) for i, c in enumerate(CAUSES)}
+    spans = {c: (g0[of], g1[of]) for i, c in enumerate(CAUSES) for of in [cause == i]}
     sync = cause == CAUSES.index("sync")
     after = np.clip(g1[sync] - np.maximum(gaps.returned[sync], g0[sync]), 0, None).astype(np.float64)
     sync_host = np.bincount(step_of[sync], weights=after, minlength=n)
@@ -128,7 +128,7 @@ def gap_causes(tl: Timeline, steps: Steps, busy: iv.Intervals) -> GapCauses:
                           (steps.starts, step_ends))
     if not g0.size:
         return GapCauses(none, none, none.astype(np.int8), none, none)
-    step_of = np.clip(np.searchsorted(steps.starts, g0, side="right") - 1, 0, n - 1)
+    step_of = np.clip(step_at(steps.starts, g0), 0, n - 1)
 
     has_next, next_corr = _next_ops(tl, g1)  # the op that ends the gap (first start >= gap end)
     next_launch, _, next_tid = calls_of(next_corr, tl.api)
@@ -152,10 +152,12 @@ def gap_causes(tl: Timeline, steps: Steps, busy: iv.Intervals) -> GapCauses:
     paused = _covered(g0, w1, host_pauses(tl)) * 2 > window
     cause[paused & (cause == CAUSES.index("launch_bound"))] = CAUSES.index("outside_ops")
     # 1. a recorded range over most of the window wins over both
-    cover = np.stack([_covered(g0, w1, _spans(ranges[c])) for c in RANGE_CAUSES])
-    best = np.argmax(cover, axis=0)
-    most = cover[best, np.arange(g0.size)] * 2 > window
-    cause[most] = np.array([CAUSES.index(c) for c in RANGE_CAUSES], dtype=np.int8)[best[most]]
+    # (a cause without ranges covers nothing, so it can be the most of no window: only the others are weighed)
+    if present := [c for c in RANGE_CAUSES if len(ranges[c])]:
+        cover = np.stack([_covered(g0, w1, _spans(ranges[c])) for c in present])
+        best = np.argmax(cover, axis=0)
+        most = cover[best, np.arange(g0.size)] * 2 > window
+        cause[most] = np.array([CAUSES.index(c) for c in present], dtype=np.int8)[best[most]]
     cause[~host_caused] = DEVICE_WAIT
     cause[unknown] = CAUSES.index("other")
     returned = g0.copy()
@@ -188,7 +190,7 @@ def host_pauses(tl: Timeline) -> iv.Intervals:
         ops = nvtx.col("category") == OP_CATEGORY
         starts.append(nvtx.col("start")[ops])
         ends.append(nvtx.col("end")[ops])
-    s, e = iv.union(np.concatenate(starts), np.concatenate(ends))
+    s, e = iv.union(*((starts[0], ends[0]) if len(starts) == 1 else (np.concatenate(starts), np.concatenate(ends))))
     if s.size < 2:
         return iv.EMPTY
     gap_s, gap_e = e[:-1], s[1:]

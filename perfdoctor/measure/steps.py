@@ -53,6 +53,18 @@ class Steps:
         return int(self.starts.size)
 
 
+def step_at(step_starts: np.ndarray, times: np.ndarray) -> np.ndarray:
+    """``np.searchsorted(step_starts, times, side="right") - 1``: per instant, the last step starting at or
+    before it (−1 before the first). For sorted instants (kernel starts, gaps) the steps' places among the
+    instants are found instead and each repeated over its run: a search per step, not one per kernel."""
+    if step_starts.size and times.size > step_starts.size and np.all(step_starts[1:] >= step_starts[:-1]) \
+            and np.all(times[1:] >= times[:-1]):
+        at = np.searchsorted(times, step_starts, side="left")  # the instants before each step's start
+        runs = np.diff(at, prepend=0, append=times.size)
+        return np.repeat(np.arange(-1, step_starts.size, dtype=np.intp), runs)
+    return np.searchsorted(step_starts, times, side="right") - 1
+
+
 def find_steps(tl: Timeline, window: tuple[int, int], kcls: Table) -> Steps:
     """Step intervals of one timeline.
 

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from perfdoctor.classify.timeline import category_mask
-from perfdoctor.measure.steps import Steps
+from perfdoctor.measure.steps import Steps, step_at
 from perfdoctor.table import Table
 
 # Kernel names kept per timeline, by GPU time: the long tail of tiny kernels adds nothing to the work.
@@ -34,7 +34,7 @@ def kernel_work(kernels: Table, kcls: Table, steps: Steps) -> dict[str, Any] | N
     start = kernels.col("start")
     compute = ~category_mask(kcls, "comm")
     # Steps are sorted and disjoint: a kernel is inside one when it starts before that step's end.
-    i = np.searchsorted(steps.starts, start, side="right") - 1
+    i = step_at(steps.starts, start)
     inside = compute & (i >= 0) & (start < steps.ends[np.maximum(i, 0)])
     if not inside.any():
         return None
