@@ -18,7 +18,7 @@ pipeline send → receive) are not here: they join the ranks' paths afterwards (
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 
@@ -54,6 +54,17 @@ class Ops:
     def __len__(self) -> int:
         return int(self.start.size)
 
+    def take(self, rows: np.ndarray) -> Ops:
+        return Ops(*(col[rows] for col in _columns(self)))
+
+    def after(self, other: Ops) -> Ops:
+        """``other``'s ops, then these (``other`` all start before them)."""
+        return Ops(*(np.concatenate([a, b]) for a, b in zip(_columns(other), _columns(self))))
+
+
+def _columns(ops: Ops) -> tuple[np.ndarray, ...]:
+    return tuple(getattr(ops, f.name) for f in fields(ops))
+
 
 @dataclass(frozen=True)
 class Edges:
@@ -78,29 +89,67 @@ class Edges:
 def device_ops(tl: Timeline, kcls: Table, ccls: Table, groups: GroupLabels) -> Ops:
     """Kernels, copies and fills of ``tl`` with their cause and launch call. A timeline of kernels only (the
     loader keeps them in start order) shares its kernel columns: no copy, no sort."""
-    k, c, f = tl.kernels, tl.memcpy, tl.memset
-    k_cause = _kernel_causes(kcls, groups)
-    k_launch, _, k_tid = kernel_launch_calls(tl) if len(k) else (np.zeros(0, np.int64),) * 3  # shared
-    if not len(c) and not len(f):
-        n = len(k)
-        cols = [k.col(name) if n else np.zeros(0, np.int64) for name in ("start", "end", "stream")]
-        return Ops(*cols, k_cause, np.arange(n), k_launch, k_tid)
-    c_cause = np.full(len(c), CODE["copy"], dtype=np.int16)
-    if len(c):
-        c_cause[ccls["category"].mask("comm")] = CODE["transfer.other"]  # peer copies move data between GPUs
-    parts = [(t, cause, np.arange(len(t)) if t is k else np.full(len(t), NONE)) for t, cause in
-             ((k, k_cause), (c, c_cause), (f, np.full(len(f), CODE["compute.other"], dtype=np.int16)))]
-    order = np.argsort(np.concatenate([t.col("start") if len(t) else np.zeros(0, np.int64) for t, _, _ in parts]),
-                       kind="stable")
-    cols = [np.concatenate([t.col(name) if len(t) else np.zeros(0, np.int64) for t, _, _ in parts])[order]
-            for name in ("start", "end", "stream")]
-    calls = [(k_launch, None, k_tid)] + [launch_calls(t, tl.api) if len(t) else (np.zeros(0, np.int64),) * 3
-                                         for t, _, _ in parts[1:]]
-    launch = np.concatenate([call[0] for call in calls])[order]
-    tid = np.concatenate([call[2] for call in calls])[order]
-    cause = np.concatenate([cause for _, cause, _ in parts])[order]
-    kernel = np.concatenate([rows for _, _, rows in parts])[order]
-    return Ops(*cols, cause, kernel, launch, tid)
+    return OpSource(tl, kcls, ccls, groups).between(np.iinfo(np.int64).min, np.iinfo(np.int64).max)
+
+
+class OpSource:
+    """The device ops of a timeline, taken a range of start times at a time (blame/window.py walks a rank in
+    windows of whole steps): per table (kernels, copies, fills) its rows in start order, their cause and
+    launch call. The ops of a range come in the order of all of them (start, then kernels before copies before
+    fills, then row), so a window's ops are in the whole graph's order."""
+
+    def __init__(self, tl: Timeline, kcls: Table, ccls: Table, groups: GroupLabels) -> None:
+        k, c, f = tl.kernels, tl.memcpy, tl.memset
+        c_cause = np.full(len(c), CODE["copy"], dtype=np.int16)
+        if len(c):
+            c_cause[ccls["category"].mask("comm")] = CODE["transfer.other"]  # peer copies move data between GPUs
+        # per table: (table, cause, launch start, launching thread, whether its rows are kernels)
+        self.parts = [(t, cause, call[0], call[2], t is k) for t, cause, call in (
+            (k, _kernel_causes(kcls, groups), kernel_launch_calls(tl) if len(k) else None),  # shared (memoized)
+            (c, c_cause, launch_calls(c, tl.api) if len(c) else None),
+            (f, np.full(len(f), CODE["compute.other"], dtype=np.int16), launch_calls(f, tl.api) if len(f) else None))
+            if len(t)]
+        # per table its rows in start order (None: the table's own order, the loader's for kernels) and starts
+        self.order: list[np.ndarray | None] = []
+        self.starts: list[np.ndarray] = []
+        for t, *_ in self.parts:
+            start = t.col("start")
+            order = None if np.all(start[1:] >= start[:-1]) else np.argsort(start, kind="stable")
+            self.order.append(order)
+            self.starts.append(start if order is None else start[order])
+
+    def __len__(self) -> int:
+        return sum(s.size for s in self.starts)
+
+    def rank(self, t: np.ndarray, side: str) -> np.ndarray:
+        """Per time, how many ops start before it (``side`` "left") or at or before it ("right")."""
+        out = np.zeros(np.shape(t), dtype=np.int64)
+        for start in self.starts:
+            out += np.searchsorted(start, t, side=side)
+        return out
+
+    def between(self, t0: int, t1: int) -> Ops:
+        """The ops that start in [t0, t1), in order."""
+        cols: list[list[np.ndarray]] = [[] for _ in range(7)]
+        for (t, cause, launch, tid, kernel), order, start in zip(self.parts, self.order, self.starts):
+            a, b = np.searchsorted(start, [t0, t1], side="left").tolist()
+            rows = slice(a, b) if order is None else order[a:b]
+            for out, col in zip(cols, (t.col("start")[rows], t.col("end")[rows], t.col("stream")[rows], cause[rows],
+                                       np.arange(a, b) if order is None else rows,
+                                       launch[rows], tid[rows])):
+                out.append(col)
+            if not kernel:
+                cols[4][-1] = np.full(b - a, NONE)
+        if len(cols[0]) == 1:  # one table (kernels only): its columns' slices, no copy, no sort
+            return Ops(*(c[0] for c in cols))
+        if not cols[0]:
+            return Ops(*(np.zeros(0, dtype=np.int16 if j == 3 else np.int64) for j in range(7)))
+        order = np.argsort(np.concatenate(cols[0]), kind="stable")
+        return Ops(*(np.concatenate(c)[order] for c in cols))
+
+    def threads(self) -> list[np.ndarray]:
+        """The launching thread of every op, per table."""
+        return [tid for _, _, _, tid, _ in self.parts]
 
 
 def _kernel_causes(kcls: Table, groups: GroupLabels) -> np.ndarray:
@@ -121,10 +170,11 @@ def _kernel_causes(kcls: Table, groups: GroupLabels) -> np.ndarray:
     return out
 
 
-def edges(ops: Ops, sync: Table) -> Edges:
+def edges(ops: Ops, sync: Table | dict[int, np.ndarray]) -> Edges:
     """Every op's launch, stream and (inferred) event edges, and its binding edge. Op indices are int32 (a
     timeline holds fewer than 2**31 ops); each temporary is dropped once used: at 10M ops the graph is the
-    rank's largest structure."""
+    rank's largest structure. ``sync``: the timeline's synchronization records, or their stream waits
+    (:func:`stream_waits`, for building many windows' graphs)."""
     n = len(ops)
     index = np.int32 if n < np.iinfo(np.int32).max else np.int64
     # Stream predecessors: ops grouped by stream in start order (a stable sort keeps start order within one).
@@ -153,7 +203,7 @@ def edges(ops: Ops, sync: Table) -> Edges:
     e_ready = np.where(has_other, ops.end[np.maximum(other, 0)], lowest)
     l_ready = np.where(has_launch, ops.launch, lowest)
     event = has_other & (ops.start - e_ready <= EVENT_EPS_NS) & (e_ready > s_ready) & (e_ready > l_ready)
-    recorded = _recorded_waits(ops, prev, sync)
+    recorded = _recorded_waits(ops, prev, sync if isinstance(sync, dict) else stream_waits(sync))
     has = (has_launch, has_prev, event)  # per kind (LAUNCH, STREAM, EVENT): which ops have the edge
     # Binding edge per op: the latest ready; on a tie the device edge (the later kind) wins. The event
     # edge exists only where it is later than the others.
@@ -187,20 +237,26 @@ def _small(values: np.ndarray) -> np.ndarray:
     return values
 
 
-def _recorded_waits(ops: Ops, prev: np.ndarray, sync: Table) -> np.ndarray:
+def stream_waits(sync: Table) -> dict[int, np.ndarray]:
+    """Per stream, the sorted times of its stream-wait synchronization records (nsys)."""
+    if not len(sync) or "sync_type" not in sync:
+        return {}
+    waits = sync.take(sync.col("sync_type") == SYNC_STREAM_WAIT_EVENT)
+    if not len(waits):
+        return {}
+    w_stream, w_start = waits.col("stream"), waits.col("start")
+    return {stream: np.sort(w_start[w_stream == stream]) for stream in np.unique(w_stream).tolist()}
+
+
+def _recorded_waits(ops: Ops, prev: np.ndarray, waits: dict[int, np.ndarray]) -> np.ndarray:
     """Per op: whether a stream-wait synchronization record on its stream lies between its stream
     predecessor's launch and its own launch (the trace recorded the wait, so the event edge is not
     inferred)."""
     out = np.zeros(len(ops), dtype=bool)
-    if not len(sync) or "sync_type" not in sync:
+    if not waits:
         return out
-    waits = sync.take(sync.col("sync_type") == SYNC_STREAM_WAIT_EVENT)
-    if not len(waits):
-        return out
-    w_stream, w_start = waits.col("stream"), waits.col("start")
     lo = np.where(prev >= 0, ops.launch[np.maximum(prev, 0)], np.iinfo(np.int64).min)
-    for stream in np.unique(w_stream).tolist():
-        times = np.sort(w_start[w_stream == stream])
+    for stream, times in waits.items():
         mine = np.flatnonzero((ops.stream == stream) & (ops.launch >= 0))
         first = np.searchsorted(times, lo[mine], side="left")
         out[mine] = (first < times.size) & (times[np.minimum(first, times.size - 1)] <= ops.launch[mine])

@@ -1,0 +1,112 @@
+"""A rank's critical path walked a window of whole steps at a time, so that only one window's ops, edges
+and lifting tables are alive at once (at 10M kernels the whole graph was the run's peak).
+
+Why a window gives the whole graph's paths (blame/path.py, blame/graph.py): the walk of a step never goes
+back past the step's start ``lo``. An op it follows an edge out of (``bind``, the chain's links) started
+after ``lo``; an op that started at or before ``lo`` is only reached as the last op of a walk (a chain's
+link past ``lo``, the op that ended last before a blocking call returned, a device edge's source), and of
+that op only its own columns are read (start, end, cause, kernel), never its edges. So the ops of a window
+of steps [lo0, hi] are those that start in it — the *core*, whose edges must be the whole graph's — and a
+*margin* of earlier ops, with which each core op finds the same edges and the walk the same ops:
+
+- the last op of each stream before the window (a core op's stream predecessor, the source of its stream
+  edge, however long ago it ran);
+- the ops still running at lo0 (end at or after it) and the three that ended last before it: a core op's
+  event candidate is the op of another stream that ended last at or before its start, stepping over at most
+  two ops of its own stream (graph.edges), and the op that ended last before a time (the walk's
+  ``last_ended``) is one of these or a core op for any time at or after lo0.
+
+The margin ops get edges of their own inside the window that may differ from the whole graph's; no walk
+reads them. The window's ops keep the whole graph's order, so ties (a stable sort by end, the first of the
+latest ends) resolve alike. The margin of the next window is this window's ops (and those between the two
+windows, taken in chunks) that start before its start, reduced again: it stays a few ops per stream.
+
+Steps that overlap or are out of order (the walk is then not cut at a step's start: _step_floor) are
+walked on the whole graph. A trace of one step is one window: nothing bounds its graph but the step.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from perfdoctor.blame.focus import KernelMarks
+from perfdoctor.blame.graph import Ops, OpSource, edges, stream_waits
+from perfdoctor.blame.path import HostSide, RankPath, StepWalks, _Walker
+from perfdoctor.measure.steps import Steps
+from perfdoctor.model import Timeline
+
+# Ops in a window (one step at least): its graph, edges and lifting tables take about 100 bytes an op at
+# their peak. Tests shrink it to walk a trace in many windows.
+WINDOW_OPS = 1 << 19
+LOWEST, HIGHEST = np.iinfo(np.int64).min, np.iinfo(np.int64).max
+# The candidates graph.edges looks at for a core op's event edge among the ops that ended before a window.
+EVENT_LOOKS = 3
+
+
+def windowed_path(tl: Timeline, source: OpSource, steps: Steps, instances: np.ndarray,
+                  kernel_marks: KernelMarks) -> RankPath:
+    """Every step of the rank walked as on the whole graph (blame/path.py ``rank_path``), a window of whole
+    steps at a time."""
+    walks = StepWalks(tl, steps, instances)
+    host = HostSide(tl, source.threads())
+    waits = stream_waits(tl.sync)
+    margin, done = source.between(LOWEST, LOWEST), LOWEST  # every op starting before ``done`` is in margin
+    spans = windows(steps, source)
+    for i0, i1 in spans or [(0, len(steps))]:
+        lo, hi = (int(steps.starts[i0]), int(steps.ends[i0:i1].max())) if spans else (LOWEST, HIGHEST)
+        for a, b in _chunks(source, done, lo):  # the ops between windows: only their margin is kept
+            margin = _margin(source.between(a, b).after(margin), lo)
+        done = max(lo, min(hi, HIGHEST - 1) + 1)
+        ops = source.between(lo, done).after(margin)  # an op at the last step's end: last_ended may find it
+        graph = edges(ops, waits)
+        walks.walk(_Walker(tl, ops, graph, steps, host), ops, graph, kernel_marks.of(ops), i0, i1)
+        if i1 < len(steps):
+            margin = _margin(ops, int(steps.starts[i1]))
+        del ops, graph
+    return walks.result()
+
+
+def windows(steps: Steps, source: OpSource) -> list[tuple[int, int]]:
+    """Runs of whole steps of at most WINDOW_OPS ops each (a longer step is a window of its own); none when
+    the steps overlap or are out of order (the whole graph is walked)."""
+    n = len(steps)
+    lows, highs = steps.starts, steps.ends
+    if not n or np.any(highs < lows) or np.any(lows[1:] < highs[:-1]):
+        return []
+    before = source.rank(lows, "left")  # ops that start before each step
+    through = source.rank(highs, "right")  # ops that start at or before each step's end
+    out, i0 = [], 0
+    while i0 < n:
+        i1 = int(np.searchsorted(through, before[i0] + WINDOW_OPS, side="right"))
+        i1 = max(i1, i0 + 1)
+        out.append((i0, i1))
+        i0 = i1
+    return out
+
+
+def _chunks(source: OpSource, t0: int, t1: int) -> list[tuple[int, int]]:
+    """[t0, t1) cut into spans of about WINDOW_OPS ops each (at the starts of every WINDOW_OPS-th op of the
+    largest table)."""
+    if t1 <= t0:
+        return []
+    start = max(source.starts, key=lambda s: s.size) if source.starts else np.zeros(0, dtype=np.int64)
+    a, b = np.searchsorted(start, [t0, t1], side="left").tolist()
+    cuts = [t0, *start[a + WINDOW_OPS:b:WINDOW_OPS].tolist(), t1]
+    return [(x, y) for x, y in zip(cuts[:-1], cuts[1:]) if y > x]
+
+
+def _margin(ops: Ops, t: int) -> Ops:
+    """Of ``ops`` (in order; every op that starts before ``t`` not among them is not needed), those a window
+    starting at ``t`` needs: the last of each stream, those still running at ``t`` and the EVENT_LOOKS that
+    ended last before it (module docstring)."""
+    n = int(np.searchsorted(ops.start, t, side="left"))
+    start = ops.take(slice(0, n))
+    end, stream = start.end, start.stream
+    running = end >= t
+    ended = np.flatnonzero(~running)
+    last_ended = ended[np.argsort(end[ended], kind="stable")[-EVENT_LOOKS:]]
+    _, last = np.unique(stream[::-1], return_index=True)
+    keep = running
+    keep[last_ended] = True
+    keep[n - 1 - last] = True
+    return start.take(np.flatnonzero(keep))
