@@ -21,8 +21,8 @@ reads them. The window's ops keep the whole graph's order, so ties (a stable sor
 latest ends) resolve alike. The margin of the next window is this window's ops (and those between the two
 windows, taken in chunks) that start before its start, reduced again: it stays a few ops per stream.
 
-Steps that overlap or are out of order (the walk is then not cut at a step's start: _step_floor) are
-walked on the whole graph. A trace of one step is one window: nothing bounds its graph but the step.
+Steps out of order are walked on the whole graph. Steps may overlap: a window runs from its first step's
+start to its steps' latest end. A trace of one step is one window: nothing bounds its graph but the step.
 """
 
 from __future__ import annotations
@@ -67,18 +67,19 @@ def windowed_path(tl: Timeline, source: OpSource, steps: Steps, instances: np.nd
 
 
 def windows(steps: Steps, source: OpSource) -> list[tuple[int, int]]:
-    """Runs of whole steps of at most WINDOW_OPS ops each (a longer step is a window of its own); none when
-    the steps overlap or are out of order (the whole graph is walked)."""
+    """Runs of whole steps of about WINDOW_OPS ops each (a longer step is a window of its own); none when the
+    steps are out of order (the whole graph is walked). Steps may overlap (a CPU range's start and the
+    device's end): a window then starts at its first step's start and ends at the latest end of its steps,
+    and the next one's margin is taken at its own first start."""
     n = len(steps)
     lows, highs = steps.starts, steps.ends
-    if not n or np.any(highs < lows) or np.any(lows[1:] < highs[:-1]):
+    if not n or np.any(lows[1:] < lows[:-1]):
         return []
     before = source.rank(lows, "left")  # ops that start before each step
-    through = source.rank(highs, "right")  # ops that start at or before each step's end
+    through = source.rank(np.maximum.accumulate(highs), "right")  # ops that start at or before the steps' ends
     out, i0 = [], 0
     while i0 < n:
-        i1 = int(np.searchsorted(through, before[i0] + WINDOW_OPS, side="right"))
-        i1 = max(i1, i0 + 1)
+        i1 = max(int(np.searchsorted(through, before[i0] + WINDOW_OPS, side="right")), i0 + 1)
         out.append((i0, i1))
         i0 = i1
     return out
