@@ -187,16 +187,15 @@ def edges(ops: Ops, sync: Table | dict[int, np.ndarray]) -> Edges:
     # at most two ops of its own stream: their end is the stream edge already).
     by_end = np.argsort(ops.end, kind="stable")
     j = np.searchsorted(ops.end[by_end], ops.start, side="right") - 1
+    end_stream = ops.stream[by_end]  # gathered once: the ops' starts are sorted, so j is too (near reads)
     other = np.full(n, NONE, dtype=index)
-    looking = np.flatnonzero(j >= 0)
-    for _ in range(3):
-        cand = by_end[j[looking]]
-        hit = ops.stream[cand] != ops.stream[looking]
-        other[looking[hit]] = cand[hit]
-        looking = looking[~hit]
-        j[looking] -= 1
-        looking = looking[j[looking] >= 0]
-    del j, looking
+    for back in (2, 1, 0):  # the nearest op of another stream wins: the farther ones are written first
+        at = j - back
+        hit = at >= 0
+        np.maximum(at, 0, out=at)
+        hit &= end_stream[at] != ops.stream
+        other[hit] = by_end[at[hit]]
+    del j, at, hit, end_stream
     lowest = np.iinfo(np.int64).min
     has_prev, has_other, has_launch = prev >= 0, other >= 0, ops.launch >= 0
     s_ready = np.where(has_prev, ops.end[np.maximum(prev, 0)], lowest)
