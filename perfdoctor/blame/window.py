@@ -27,6 +27,8 @@ start to its steps' latest end. A trace of one step is one window: nothing bound
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 
 from perfdoctor.blame.focus import KernelMarks
@@ -50,20 +52,28 @@ def windowed_path(tl: Timeline, source: OpSource, steps: Steps, instances: np.nd
     walks = StepWalks(tl, steps, instances)
     host = HostSide(tl, source.threads())
     waits = stream_waits(tl.sync)
-    margin, done = source.between(LOWEST, LOWEST), LOWEST  # every op starting before ``done`` is in margin
+    for i0, i1, ops in window_ops(source, steps):
+        graph = edges(ops, waits)
+        walks.walk(_Walker(tl, ops, graph, steps, host), ops, graph, kernel_marks.of(ops), i0, i1)
+        del ops, graph
+    return walks.result()
+
+
+def window_ops(source: OpSource, steps: Steps) -> Iterator[tuple[int, int, Ops]]:
+    """Per window (windows), its steps ``i0:i1`` and its ops: the margin, then those that start from the
+    first step's start to the latest end (an op starting right at it may be the one a walk finds ended last)."""
     spans = windows(steps, source)
+    margin, done = source.between(LOWEST, LOWEST), LOWEST  # every op starting before ``done`` is in margin
     for i0, i1 in spans or [(0, len(steps))]:
         lo, hi = (int(steps.starts[i0]), int(steps.ends[i0:i1].max())) if spans else (LOWEST, HIGHEST)
         for a, b in _chunks(source, done, lo):  # the ops between windows: only their margin is kept
             margin = _margin(source.between(a, b).after(margin), lo)
         done = max(lo, min(hi, HIGHEST - 1) + 1)
-        ops = source.between(lo, done).after(margin)  # an op at the last step's end: last_ended may find it
-        graph = edges(ops, waits)
-        walks.walk(_Walker(tl, ops, graph, steps, host), ops, graph, kernel_marks.of(ops), i0, i1)
+        ops = source.between(lo, done).after(margin)
+        yield i0, i1, ops
         if i1 < len(steps):
             margin = _margin(ops, int(steps.starts[i1]))
-        del ops, graph
-    return walks.result()
+        del ops  # before the next window's are taken
 
 
 def windows(steps: Steps, source: OpSource) -> list[tuple[int, int]]:
@@ -98,16 +108,21 @@ def _chunks(source: OpSource, t0: int, t1: int) -> list[tuple[int, int]]:
 
 def _margin(ops: Ops, t: int) -> Ops:
     """Of ``ops`` (in order; every op that starts before ``t`` not among them is not needed), those a window
-    starting at ``t`` needs: the last of each stream, those still running at ``t`` and the EVENT_LOOKS that
-    ended last before it (module docstring)."""
+    starting at ``t`` needs (module docstring)."""
+    n, parts = _margin_parts(ops, t)
+    keep = np.zeros(n, dtype=bool)
+    for rows in parts.values():
+        keep[rows] = True
+    return ops.take(np.flatnonzero(keep))
+
+
+def _margin_parts(ops: Ops, t: int) -> tuple[int, dict[str, np.ndarray]]:
+    """How many of ``ops`` start before ``t``, and which of those a window starting at ``t`` needs, by why:
+    the last of each stream, those still running at ``t``, the EVENT_LOOKS that ended last before it."""
     n = int(np.searchsorted(ops.start, t, side="left"))
-    start = ops.take(slice(0, n))
-    end, stream = start.end, start.stream
+    end = ops.end[:n]
     running = end >= t
     ended = np.flatnonzero(~running)
-    last_ended = ended[np.argsort(end[ended], kind="stable")[-EVENT_LOOKS:]]
-    _, last = np.unique(stream[::-1], return_index=True)
-    keep = running
-    keep[last_ended] = True
-    keep[n - 1 - last] = True
-    return start.take(np.flatnonzero(keep))
+    _, last = np.unique(ops.stream[:n][::-1], return_index=True)
+    return n, {"stream": n - 1 - last, "running": np.flatnonzero(running),
+               "ended": ended[np.argsort(end[ended], kind="stable")[-EVENT_LOOKS:]]}
