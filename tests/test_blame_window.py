@@ -107,7 +107,7 @@ def _core_edges_differ(whole_ops, sync, windows) -> bool:
 def _trace_edges_differ(args) -> bool:
     tl, kcls, ccls, groups, steps = args
     return _core_edges_differ(device_ops(tl, kcls, ccls, groups), tl.sync,
-                              ((steps.starts[i0], ops) for i0, _, ops in
+                              ((lo, ops) for _, _, lo, _, ops in
                                window.window_ops(OpSource(tl, kcls, ccls, groups), steps)))
 
 
@@ -151,3 +151,29 @@ def test_each_part_of_the_margin_is_needed(cases, part, monkeypatch):
     monkeypatch.setattr(window, "_margin", _without(part))
     assert (any(_trace_edges_differ(args) for _, args, _ in cases)
             or _core_edges_differ(ops, no_sync, [(lo, after.after(window._margin(ops, lo)))]))
+
+
+@pytest.mark.parametrize("trace", [TRACES[5], TRACES[6], REAL_H100], ids=lambda p: p.name)
+def test_window_calls_are_the_whole_threads_calls_inside_the_window(trace, monkeypatch):
+    """The calls merged a window at a time (blame/calls.py): the same quiet threshold per thread (medians
+    taken a slice at a time: slices of 7 calls here) and, inside each window, the same merged intervals."""
+    from perfdoctor.blame import calls as window_calls
+    from perfdoctor.blame.causes import HostRanges
+
+    monkeypatch.setattr(window_calls, "SLICE", 7)
+    tl, _, _, _, steps = _inputs(trace)
+    whole = HostRanges(tl)
+    calls = window_calls.WindowCalls(tl)
+    assert calls.in_order or trace == REAL_H100  # (its calls are not in start order: merged whole)
+    assert HostRanges(tl, calls).quiet == whole.quiet
+    for s in _step_sets(steps)[1:2]:
+        calls = window_calls.WindowCalls(tl)
+        for lo, hi in zip(s.starts.tolist(), s.ends.tolist()):
+            mine = calls.window(lo, hi)
+            assert mine.keys() == whole.calls.keys()
+            for tid, (a, b) in whole.calls.items():
+                inside = (b >= lo) & (a <= hi)  # the merged calls that reach into the window
+                m = mine[tid]
+                mine_inside = (m[1] >= lo) & (m[0] <= hi)
+                assert np.array_equal(np.maximum(m[0][mine_inside], lo), np.maximum(a[inside], lo))
+                assert np.array_equal(np.minimum(m[1][mine_inside], hi), np.minimum(b[inside], hi))

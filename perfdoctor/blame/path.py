@@ -20,12 +20,14 @@ cross-rank join splits off the part spent waiting for a late peer (:mod:`perfdoc
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
 import numpy as np
 
+from perfdoctor.blame.calls import WindowCalls
 from perfdoctor.blame.causes import CAUSES, CODE, FOCUS, HostRanges
 from perfdoctor.blame.focus import LN, SYNC, Marks, on_path
 from perfdoctor.blame.graph import LAUNCH, NONE, Edges, Ops
@@ -119,10 +121,17 @@ class HostSide:
     its ranges and CUDA calls per thread (:class:`perfdoctor.blame.causes.HostRanges`), its blocking calls,
     and the thread that launched most ops (found when first needed, from ``threads``: every op's)."""
 
-    def __init__(self, tl: Timeline, threads: list[np.ndarray]) -> None:
-        self.ranges = HostRanges(tl)
+    def __init__(self, tl: Timeline, threads: list[np.ndarray], calls: WindowCalls | None = None) -> None:
+        self.ranges = HostRanges(tl, calls)
         self.blocking = _blocking(tl)
         self._threads = threads
+        self._calls = calls
+
+    def within(self, lo: int, hi: int) -> HostSide:
+        """This host with the calls of the window [lo, hi] (handed out in order: perfdoctor.blame.calls)."""
+        out = copy.copy(self)
+        out.ranges = self.ranges.within(self._calls.window(lo, hi)) if self._calls is not None else self.ranges
+        return out
 
     @cached_property
     def main_tid(self) -> int:

@@ -31,6 +31,7 @@ from collections.abc import Iterator
 
 import numpy as np
 
+from perfdoctor.blame.calls import WindowCalls
 from perfdoctor.blame.focus import KernelMarks
 from perfdoctor.blame.graph import Ops, OpSource, edges, stream_waits
 from perfdoctor.blame.path import HostSide, RankPath, StepWalks, _Walker
@@ -50,18 +51,19 @@ def windowed_path(tl: Timeline, source: OpSource, steps: Steps, instances: np.nd
     """Every step of the rank walked as on the whole graph (blame/path.py ``rank_path``), a window of whole
     steps at a time."""
     walks = StepWalks(tl, steps, instances)
-    host = HostSide(tl, source.threads())
+    host = HostSide(tl, source.threads(), WindowCalls(tl))
     waits = stream_waits(tl.sync)
-    for i0, i1, ops in window_ops(source, steps):
+    for i0, i1, lo, hi, ops in window_ops(source, steps):
         graph = edges(ops, waits)
-        walks.walk(_Walker(tl, ops, graph, steps, host), ops, graph, kernel_marks.of(ops), i0, i1)
+        walks.walk(_Walker(tl, ops, graph, steps, host.within(lo, hi)), ops, graph, kernel_marks.of(ops), i0, i1)
         del ops, graph
     return walks.result()
 
 
-def window_ops(source: OpSource, steps: Steps) -> Iterator[tuple[int, int, Ops]]:
-    """Per window (windows), its steps ``i0:i1`` and its ops: the margin, then those that start from the
-    first step's start to the latest end (an op starting right at it may be the one a walk finds ended last)."""
+def window_ops(source: OpSource, steps: Steps) -> Iterator[tuple[int, int, int, int, Ops]]:
+    """Per window (windows), its steps ``i0:i1``, its time [lo, hi] (the first step's start, the latest end)
+    and its ops: the margin, then those that start in [lo, hi] (an op starting right at hi may be the one a
+    walk finds ended last)."""
     spans = windows(steps, source)
     margin, done = source.between(LOWEST, LOWEST), LOWEST  # every op starting before ``done`` is in margin
     for i0, i1 in spans or [(0, len(steps))]:
@@ -70,7 +72,7 @@ def window_ops(source: OpSource, steps: Steps) -> Iterator[tuple[int, int, Ops]]
             margin = _margin(source.between(a, b).after(margin), lo)
         done = max(lo, min(hi, HIGHEST - 1) + 1)
         ops = source.between(lo, done).after(margin)
-        yield i0, i1, ops
+        yield i0, i1, lo, hi, ops
         if i1 < len(steps):
             margin = _margin(ops, int(steps.starts[i1]))
         del ops  # before the next window's are taken
