@@ -13,6 +13,8 @@ the calls at a time.
 
 from __future__ import annotations
 
+from functools import cached_property
+
 import numpy as np
 
 from perfdoctor.measure import intervals as iv
@@ -28,15 +30,18 @@ class WindowCalls:
         api = tl.api
         self.start, self.end, self.tid = ((api.col("start"), api.col("end"), api.col("tid")) if len(api) else
                                           (np.zeros(0, dtype=np.int64),) * 3)
-        self.threads = np.unique(self.tid).tolist()
+        one = self.tid.size and self.tid.min() == self.tid.max()  # most processes launch from one thread
+        self.threads = [int(self.tid[0])] if one else np.unique(self.tid).tolist()
         self.one_thread = len(self.threads) == 1
         self.in_order = bool(np.all(self.start[1:] >= self.start[:-1]))
         self._whole = None if self.in_order else _by_thread(self.start, self.end, self.tid, self.threads)
         self._open = np.zeros(0, dtype=np.int64)  # calls before ``_at`` that end at or after the last window's lo
         self._at = 0
 
+    @cached_property
     def medians(self) -> dict[int, float | None]:
-        """Per thread, the median interval between the starts of its merged calls (None: fewer than two)."""
+        """Per thread, the median interval between the starts of its merged calls (None: fewer than two);
+        computed once, when first asked."""
         if self._whole is not None:
             return {t: float(np.median(np.diff(c[0]))) if c[0].size > 1 else None for t, c in self._whole.items()}
         out: dict[int, float | None] = {}

@@ -78,13 +78,23 @@ class HostRanges:
         api = tl.api
         if calls is None:
             self.calls = _by_thread(api.col("start"), api.col("end"), api.col("tid")) if len(api) else {}
-            medians = {tid: float(np.median(np.diff(c[0]))) if c[0].size > 1 else None
-                       for tid, c in self.calls.items()}
         else:
-            self.calls, medians = {}, calls.medians()
-        self.quiet = {tid: max(QUIET_MIN_NS, QUIET_FACTOR * m) if m is not None else QUIET_MIN_NS
-                      for tid, m in medians.items()}
+            self.calls = {}
+        self._window_calls = calls
+        self._quiet: dict[int, float] | None = None
         self.pauses = host_pauses(tl)
+
+    @property
+    def quiet(self) -> dict[int, float]:
+        """Per thread, how long a stretch without a CUDA call is quiet (QUIET_FACTOR times its median
+        interval between calls); asked only where the process has two threads that call CUDA."""
+        if self._quiet is None:
+            medians = (self._window_calls.medians if self._window_calls is not None else
+                       {tid: float(np.median(np.diff(c[0]))) if c[0].size > 1 else None
+                        for tid, c in self.calls.items()})
+            self._quiet = {tid: max(QUIET_MIN_NS, QUIET_FACTOR * m) if m is not None else QUIET_MIN_NS
+                           for tid, m in medians.items()}
+        return self._quiet
 
     def within(self, calls: dict[int, iv.Intervals]) -> HostRanges:
         """These ranges with the calls of one window (perfdoctor.blame.calls)."""

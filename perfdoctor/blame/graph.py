@@ -153,20 +153,22 @@ class OpSource:
 
 
 def _kernel_causes(kcls: Table, groups: GroupLabels) -> np.ndarray:
-    """Per kernel its cause code: compute by class, comm by parallel group."""
+    """Per kernel its cause code: compute by class, comm by parallel group (a cause per distinct class and
+    per group, then one gather each)."""
     n = len(kcls)
-    out = np.full(n, CODE["compute.other"], dtype=np.int16)
     if not n:
-        return out
+        return np.full(n, CODE["compute.other"], dtype=np.int16)
     category = kcls["category"]
-    for cat, cause in CATEGORY_CAUSE.items():
-        out[category.mask(cat)] = CODE[cause]
-    comm = category.mask("comm")
-    group = groups.codes
-    for g, name in enumerate(GROUPS):
-        cause = "pipeline.p2p" if name == "pp" else f"transfer.{name}"
-        out[comm & (group == g)] = CODE.get(cause, CODE["transfer.other"])
-    out[comm & (group < 0)] = CODE["transfer.other"]
+    by_value = np.array([CODE[CATEGORY_CAUSE.get(v, "compute.other")] for v in category.values.tolist()],
+                        dtype=np.int16)
+    out = by_value[category.codes]
+    comm = np.flatnonzero(category.mask("comm"))
+    if comm.size:
+        by_group = np.array([CODE.get("pipeline.p2p" if name == "pp" else f"transfer.{name}", CODE["transfer.other"])
+                             for name in GROUPS] + [CODE["transfer.other"]], dtype=np.int16)
+        group = groups.codes[comm].astype(np.int64)
+        known = group < len(GROUPS)  # (codes are GROUPS indices or UNLABELLED, < 0)
+        out[comm[known]] = by_group[np.where(group[known] < 0, len(GROUPS), group[known])]
     return out
 
 
