@@ -177,3 +177,11 @@ def test_window_calls_are_the_whole_threads_calls_inside_the_window(trace, monke
                 mine_inside = (m[1] >= lo) & (m[0] <= hi)
                 assert np.array_equal(np.maximum(m[0][mine_inside], lo), np.maximum(a[inside], lo))
                 assert np.array_equal(np.minimum(m[1][mine_inside], hi), np.minimum(b[inside], hi))
+
+
+@pytest.mark.parametrize("ids", [[7, 20, 7, 7, 3, 20], [7, 1 << 40, 7, -5, 1 << 40, 9]])
+def test_last_of_each_stream(ids):
+    """Small ids in one pass, wide ones by a sort: the same last positions."""
+    values = np.array(ids, dtype=np.int64)
+    expected = sorted(max(i for i, v in enumerate(ids) if v == u) for u in set(ids))
+    assert sorted(window._last_of_each(values).tolist()) == expected

@@ -125,6 +125,19 @@ def _margin_parts(ops: Ops, t: int) -> tuple[int, dict[str, np.ndarray]]:
     end = ops.end[:n]
     running = end >= t
     ended = np.flatnonzero(~running)
-    _, last = np.unique(ops.stream[:n][::-1], return_index=True)
-    return n, {"stream": n - 1 - last, "running": np.flatnonzero(running),
+    return n, {"stream": _last_of_each(ops.stream[:n]), "running": np.flatnonzero(running),
                "ended": ended[np.argsort(end[ended], kind="stable")[-EVENT_LOOKS:]]}
+
+
+def _last_of_each(values: np.ndarray) -> np.ndarray:
+    """The position of the last occurrence of each distinct value (stream ids: a few small integers, so one
+    pass keeping the largest position per id, without a sort)."""
+    if not values.size:
+        return np.zeros(0, dtype=np.intp)
+    lo, hi = int(values.min()), int(values.max())
+    if hi - lo >= 1 << 16:
+        _, first = np.unique(values[::-1], return_index=True)
+        return values.size - 1 - first
+    last = np.full(hi - lo + 1, -1, dtype=np.intp)
+    np.maximum.at(last, values - lo, np.arange(values.size))
+    return last[last >= 0]
