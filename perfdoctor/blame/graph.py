@@ -188,7 +188,7 @@ def edges(ops: Ops, sync: Table | dict[int, np.ndarray]) -> Edges:
     # Event candidates: the op of another stream that ended last at or before this op's start (stepping over
     # at most two ops of its own stream: their end is the stream edge already).
     by_end = np.argsort(ops.end, kind="stable")
-    j = np.searchsorted(ops.end[by_end], ops.start, side="right") - 1
+    j = _ended_by(ops.end[by_end], ops.start) - 1
     end_stream = ops.stream[by_end]  # gathered once: the ops' starts are sorted, so j is too (near reads)
     other = np.full(n, NONE, dtype=index)
     for back in (2, 1, 0):  # the nearest op of another stream wins: the farther ones are written first
@@ -228,6 +228,14 @@ def edges(ops: Ops, sync: Table | dict[int, np.ndarray]) -> Edges:
     inferred = np.concatenate([np.zeros(counts[0] + counts[1], dtype=bool), ~recorded[event]])
     return Edges(src, dst, kind, inferred, ready, bind, prev, np.where(event, other, NONE),
                  np.where(recorded & ~event & has_other, other, NONE), by_end)
+
+
+def _ended_by(ends: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """``searchsorted(ends, starts, "right")`` for sorted ``starts`` too (the ops' own): the two sorted runs
+    merged by one stable sort (a merge of two runs), each start's place in it less the starts before it
+    (an end equal to a start sorts first: it counts)."""
+    merged = np.argsort(np.concatenate([ends, starts]), kind="stable")
+    return np.flatnonzero(merged >= ends.size) - np.arange(starts.size)
 
 
 def _small(values: np.ndarray) -> np.ndarray:
