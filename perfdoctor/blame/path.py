@@ -367,12 +367,17 @@ class _Walker:
 
 
 def _step_floor(start: np.ndarray, steps: Steps) -> np.ndarray:
-    """Per op, the start of the step it starts in: no walk goes back past it. Steps that overlap or are out
-    of order give no floor (the chains are not cut)."""
+    """Per op, the start of the earliest step it starts in: no walk that passes the op goes back past it (a
+    walk of a step passes only ops that start inside the step). Steps may overlap (a CPU range's start and the
+    device's end); an op inside none gets the start of the last step before it (no walk passes it). Steps
+    out of order give no floor (the chains are not cut)."""
     lows = steps.starts
-    if not lows.size or np.any(lows[1:] < steps.ends[:-1]):
+    if not lows.size or np.any(lows[1:] < lows[:-1]):
         return np.full(start.size, np.iinfo(np.int64).min)
     at = np.searchsorted(lows, start, side="left") - 1  # the last step that started before the op
+    # the first step that ends at or after the op's start (a step's own end where the latest end so far grows)
+    inside = np.searchsorted(np.maximum.accumulate(steps.ends), start, side="left")
+    at = np.where(inside <= at, inside, at)
     return np.where(at >= 0, lows[np.maximum(at, 0)], np.iinfo(np.int64).min)
 
 
