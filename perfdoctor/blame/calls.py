@@ -82,6 +82,8 @@ class WindowCalls:
         passed = np.arange(self._at, a)  # calls that started since the last window, before this one
         self._open = np.concatenate([self._open[self.end[self._open] >= lo], passed[self.end[self._at:a] >= lo]])
         self._at = a
+        if not self._open.size:  # nothing from before the window still runs: slices, not copies
+            return _by_thread(self.start[a:b], self.end[a:b], self.tid[a:b], self.threads)
         rows = np.concatenate([self._open, np.arange(a, b)])
         return _by_thread(self.start[rows], self.end[rows], self.tid[rows], self.threads)
 

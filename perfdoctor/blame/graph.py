@@ -58,7 +58,10 @@ class Ops:
         return Ops(*(col[rows] for col in _columns(self)))
 
     def after(self, other: Ops) -> Ops:
-        """``other``'s ops, then these (``other`` all start before them)."""
+        """``other``'s ops, then these (``other`` all start before them); these themselves (shared, not
+        copied) when there are none."""
+        if not len(other):
+            return self
         return Ops(*(np.concatenate([a, b]) for a, b in zip(_columns(other), _columns(self))))
 
 
