@@ -35,6 +35,7 @@ EDGE_KINDS = ("launch", "stream", "event")
 # stream and launch allowed, waited for it.
 EVENT_EPS_NS = 10_000
 SYNC_STREAM_WAIT_EVENT = 2  # nsys ENUM_CUPTI_SYNC_TYPE
+ENDED_SLICE = 1 << 18  # starts per merge in _ended_by
 NONE = -1
 
 
@@ -190,7 +191,7 @@ def edges(ops: Ops, sync: Table | dict[int, np.ndarray]) -> Edges:
     del by_stream, same
     # Event candidates: the op of another stream that ended last at or before this op's start (stepping over
     # at most two ops of its own stream: their end is the stream edge already).
-    by_end = np.argsort(ops.end, kind="stable")
+    by_end = np.argsort(ops.end, kind="stable").astype(index, copy=False)
     j = _ended_by(ops.end[by_end], ops.start) - 1
     end_stream = ops.stream[by_end]  # gathered once: the ops' starts are sorted, so j is too (near reads)
     other = np.full(n, NONE, dtype=index)
@@ -234,11 +235,17 @@ def edges(ops: Ops, sync: Table | dict[int, np.ndarray]) -> Edges:
 
 
 def _ended_by(ends: np.ndarray, starts: np.ndarray) -> np.ndarray:
-    """``searchsorted(ends, starts, "right")`` for sorted ``starts`` too (the ops' own): the two sorted runs
-    merged by one stable sort (a merge of two runs), each start's place in it less the starts before it
-    (an end equal to a start sorts first: it counts)."""
-    merged = np.argsort(np.concatenate([ends, starts]), kind="stable")
-    return np.flatnonzero(merged >= ends.size) - np.arange(starts.size)
+    """``searchsorted(ends, starts, "right")`` for sorted ``starts`` too (the ops' own), a slice of starts at
+    a time: the slice and the ends it reaches merged by one stable sort (a merge of two sorted runs), each
+    start's place in it less the starts before it (an end equal to a start sorts first: it counts). About
+    twice as fast as a search per start; its temporaries are a slice's."""
+    out = np.empty(starts.size, dtype=np.int64)
+    for a in range(0, starts.size, ENDED_SLICE):
+        mine = starts[a:a + ENDED_SLICE]
+        lo, hi = np.searchsorted(ends, [mine[0], mine[-1]], side="right").tolist()
+        merged = np.argsort(np.concatenate([ends[lo:hi], mine]), kind="stable")
+        out[a:a + mine.size] = np.flatnonzero(merged >= hi - lo) - np.arange(mine.size) + lo
+    return out
 
 
 def _small(values: np.ndarray) -> np.ndarray:
