@@ -122,9 +122,6 @@ class OpSource:
             self.order.append(order)
             self.starts.append(start if order is None else start[order])
 
-    def __len__(self) -> int:
-        return sum(s.size for s in self.starts)
-
     def rank(self, t: np.ndarray, side: str) -> np.ndarray:
         """Per time, how many ops start before it (``side`` "left") or at or before it ("right")."""
         out = np.zeros(np.shape(t), dtype=np.int64)
@@ -138,13 +135,11 @@ class OpSource:
         for (t, cause, launch, tid, kernel), order, start in zip(self.parts, self.order, self.starts):
             a, b = np.searchsorted(start, [t0, t1], side="left").tolist()
             rows = slice(a, b) if order is None else order[a:b]
+            row = (np.arange(a, b) if order is None else rows) if kernel else np.full(b - a, NONE)
             for out, col in zip(cols, (t.col("start")[rows], t.col("end")[rows], t.col("stream")[rows], cause[rows],
-                                       np.arange(a, b) if order is None else rows,
-                                       launch[rows], tid[rows])):
+                                       row, launch[rows], tid[rows])):
                 out.append(col)
-            if not kernel:
-                cols[4][-1] = np.full(b - a, NONE)
-        if len(cols[0]) == 1:  # one table (kernels only): its columns' slices, no copy, no sort
+        if len(cols[0]) == 1:  # one table (kernels only, usually): its columns' slices, no copy, no sort
             return Ops(*(c[0] for c in cols))
         if not cols[0]:
             return Ops(*(np.zeros(0, dtype=np.int16 if j == 3 else np.int64) for j in range(7)))

@@ -64,6 +64,8 @@ def window_ops(source: OpSource, steps: Steps) -> Iterator[tuple[int, int, int, 
     """Per window (windows), its steps ``i0:i1``, its time [lo, hi] (the first step's start, the latest end)
     and its ops: the margin, then those that start in [lo, hi] (an op starting right at hi may be the one a
     walk finds ended last)."""
+    if not len(steps):
+        return
     spans = windows(steps, source)
     margin, done = source.between(LOWEST, LOWEST), LOWEST  # every op starting before ``done`` is in margin
     for i0, i1 in spans or [(0, len(steps))]:
