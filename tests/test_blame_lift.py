@@ -65,3 +65,20 @@ def test_overlapping_steps_cut_chains_at_the_earliest_step_an_op_is_in():
     # steps out of order: chains left whole
     unordered = path._step_floor(start, Steps(np.array([10, 0]), np.array([30, 20]), "window"))
     assert (unordered == np.iinfo(np.int64).min).all()
+
+
+def test_step_floor_per_piece_is_the_floor_per_op():
+    """The floor found once per piece between step starts and ends equals it found op by op (the earliest
+    step that starts before the op and ends at or after it, else the last that starts before it)."""
+    rng = np.random.default_rng(5)
+    for _ in range(50):
+        lows = np.sort(rng.integers(0, 100, rng.integers(1, 6)))
+        highs = lows + rng.integers(-3, 40, lows.size)
+        start = np.sort(rng.integers(-10, 150, 60))
+        expected = []
+        for s in start.tolist():
+            before = [i for i in range(lows.size) if lows[i] < s]
+            inside = [i for i in before if highs[: i + 1].max() >= s]
+            expected.append(int(lows[inside[0]]) if inside else int(lows[before[-1]]) if before
+                            else np.iinfo(np.int64).min)
+        assert path._step_floor(start, Steps(lows, highs, "window")).tolist() == expected

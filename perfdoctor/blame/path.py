@@ -367,18 +367,26 @@ class _Walker:
 
 
 def _step_floor(start: np.ndarray, steps: Steps) -> np.ndarray:
-    """Per op, the start of the earliest step it starts in: no walk that passes the op goes back past it (a
-    walk of a step passes only ops that start inside the step). Steps may overlap (a CPU range's start and the
-    device's end); an op inside none gets the start of the last step before it (no walk passes it). Steps
-    out of order give no floor (the chains are not cut)."""
+    """Per op (``start`` sorted, as the ops are), the start of the earliest step it starts in: no walk that
+    passes the op goes back past it (a walk of a step passes only ops that start inside the step). Steps may
+    overlap (a CPU range's start and the device's end); an op inside none gets the start of the last step
+    before it (no walk passes it). Steps out of order give no floor (the chains are not cut).
+
+    The floor changes only just after a step's start or the latest end so far: it is found once per piece
+    between those times and repeated over the piece's ops."""
     lows = steps.starts
+    lowest = np.iinfo(np.int64).min
     if not lows.size or np.any(lows[1:] < lows[:-1]):
-        return np.full(start.size, np.iinfo(np.int64).min)
-    at = np.searchsorted(lows, start, side="left") - 1  # the last step that started before the op
-    # the first step that ends at or after the op's start (a step's own end where the latest end so far grows)
-    inside = np.searchsorted(np.maximum.accumulate(steps.ends), start, side="left")
+        return np.full(start.size, lowest)
+    reach = np.maximum.accumulate(steps.ends)
+    cuts = np.unique(np.concatenate([lows, reach]))  # pieces: (−inf, c0], (c0, c1], …, (c_last, inf)
+    probe = np.append(cuts, cuts[-1] + 1)  # a time in each piece (the floor is the same across it)
+    at = np.searchsorted(lows, probe, side="left") - 1  # the last step that started before
+    inside = np.searchsorted(reach, probe, side="left")  # the first step that ends at or after
     at = np.where(inside <= at, inside, at)
-    return np.where(at >= 0, lows[np.maximum(at, 0)], np.iinfo(np.int64).min)
+    floor = np.where(at >= 0, lows[np.maximum(at, 0)], lowest)
+    bounds = np.searchsorted(start, cuts, side="right")
+    return np.repeat(floor, np.diff(bounds, prepend=0, append=start.size))
 
 
 def _blocking(tl: Timeline) -> dict[int, iv.Intervals]:
