@@ -34,6 +34,7 @@ EDGE_KINDS = ("launch", "stream", "event")
 # scheduling latency); an op that started this close after another stream's op ended, later than its own
 # stream and launch allowed, waited for it.
 EVENT_EPS_NS = 10_000
+EVENT_LOOKS = 3  # the latest ends before an op's start looked at for another stream's (blame/window.py keeps them)
 SYNC_STREAM_WAIT_EVENT = 2  # nsys ENUM_CUPTI_SYNC_TYPE
 ENDED_SLICE = 1 << 18  # starts per merge in _ended_by
 NONE = -1
@@ -185,12 +186,12 @@ def edges(ops: Ops, sync: Table | dict[int, np.ndarray]) -> Edges:
     prev[by_stream[1:][same]] = by_stream[:-1][same]
     del by_stream, same
     # Event candidates: the op of another stream that ended last at or before this op's start (stepping over
-    # at most two ops of its own stream: their end is the stream edge already).
+    # at most EVENT_LOOKS - 1 ops of its own stream: their end is the stream edge already).
     by_end = np.argsort(ops.end, kind="stable").astype(index, copy=False)
     j = _ended_by(ops.end[by_end], ops.start) - 1
     end_stream = ops.stream[by_end]  # gathered once: the ops' starts are sorted, so j is too (near reads)
     other = np.full(n, NONE, dtype=index)
-    for back in (2, 1, 0):  # the nearest op of another stream wins: the farther ones are written first
+    for back in range(EVENT_LOOKS - 1, -1, -1):  # the nearest op of another stream wins: written last
         at = j - back
         hit = at >= 0
         np.maximum(at, 0, out=at)

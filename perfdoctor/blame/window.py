@@ -11,10 +11,10 @@ of steps [lo0, hi] are those that start in it — the *core*, whose edges must b
 
 - the last op of each stream before the window (a core op's stream predecessor, the source of its stream
   edge, however long ago it ran);
-- the ops still running at lo0 (end at or after it) and the three that ended last before it: a core op's
-  event candidate is the op of another stream that ended last at or before its start, stepping over at most
-  two ops of its own stream (graph.edges), and the op that ended last before a time (the walk's
-  ``last_ended``) is one of these or a core op for any time at or after lo0.
+- the ops still running at lo0 (end at or after it) and the EVENT_LOOKS (three) that ended last before it:
+  a core op's event candidate is the op of another stream that ended last at or before its start, stepping
+  over at most two ops of its own stream (graph.edges), and the op that ended last before a time (the
+  walk's ``last_ended``) is one of these or a core op for any time at or after lo0.
 
 The margin ops get edges of their own inside the window that may differ from the whole graph's; no walk
 reads them. The window's ops keep the whole graph's order, so ties (a stable sort by end, the first of the
@@ -33,7 +33,7 @@ import numpy as np
 
 from perfdoctor.blame.calls import WindowCalls
 from perfdoctor.blame.focus import KernelMarks
-from perfdoctor.blame.graph import Ops, OpSource, edges, stream_waits
+from perfdoctor.blame.graph import EVENT_LOOKS, Ops, OpSource, edges, stream_waits
 from perfdoctor.blame.path import HostSide, RankPath, StepWalks, _Walker
 from perfdoctor.measure.steps import Steps
 from perfdoctor.model import Timeline
@@ -42,8 +42,6 @@ from perfdoctor.model import Timeline
 # their peak. Tests shrink it to walk a trace in many windows.
 WINDOW_OPS = 1 << 19
 LOWEST, HIGHEST = np.iinfo(np.int64).min, np.iinfo(np.int64).max
-# The candidates graph.edges looks at for a core op's event edge among the ops that ended before a window.
-EVENT_LOOKS = 3
 
 
 def windowed_path(tl: Timeline, source: OpSource, steps: Steps, instances: np.ndarray,
