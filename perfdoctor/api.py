@@ -16,11 +16,12 @@ import numpy as np
 from perfdoctor import __version__, shared
 from perfdoctor.blame import join as blame_join
 from perfdoctor.blame.causes import BLOCKING_KEYS
-from perfdoctor.blame.focus import marks
-from perfdoctor.blame.graph import device_ops, edges
+from perfdoctor.blame.focus import kernel_marks
+from perfdoctor.blame.graph import OpSource
 from perfdoctor.blame.join import across as blocking_across
 from perfdoctor.blame.join import join, late_blocking
-from perfdoctor.blame.path import RankPath, rank_path
+from perfdoctor.blame.path import RankPath
+from perfdoctor.blame.window import windowed_path
 from perfdoctor.classify.framework import detect_framework, timeline_fingerprints
 from perfdoctor.classify.groups import GROUPS, GroupLabels, label_groups
 from perfdoctor.classify.timeline import copy_classes, kernel_classes
@@ -379,9 +380,8 @@ def analyze_timeline(tl: Timeline, config: dict[str, Any], excerpts: bool, trace
 
 def blame(tl: Timeline, kcls: Table, ccls: Table, groups: GroupLabels, steps: Steps) -> RankPath:
     """The rank's critical path (perfdoctor.blame): its device ops, their dependency graph, each step walked."""
-    ops = device_ops(tl, kcls, ccls, groups)
-    return rank_path(tl, ops, edges(ops, tl.sync), steps, np.flatnonzero(groups.codes >= 0),
-                     marks(tl, kcls, steps, ops))
+    return windowed_path(tl, OpSource(tl, kcls, ccls, groups), steps, np.flatnonzero(groups.codes >= 0),
+                         kernel_marks(tl, kcls, steps))
 
 
 def memory(paths: list[Path | str], device_total_bytes: int | None = None,

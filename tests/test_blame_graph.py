@@ -47,3 +47,17 @@ def test_each_dependency_kind_binds_where_the_simulator_made_it(tmp_path: Path, 
         assert recorded.mean() > 0.5
     else:
         assert not recorded.any()
+
+
+@pytest.mark.parametrize("slice_size", [1, 3, 1 << 18])
+def test_ends_seen_by_each_start_are_a_search(slice_size, monkeypatch):
+    """graph._ended_by merges sorted runs a slice of starts at a time: it is searchsorted(ends, starts,
+    "right"), ties (an end equal to a start counts) and slices that reach no end included."""
+    from perfdoctor.blame import graph
+
+    monkeypatch.setattr(graph, "ENDED_SLICE", slice_size)
+    rng = np.random.default_rng(3)
+    starts = np.sort(rng.integers(0, 50, 40))
+    ends = np.sort(np.concatenate([starts[::3], rng.integers(0, 60, 30)]))
+    assert graph._ended_by(ends, starts).tolist() == np.searchsorted(ends, starts, side="right").tolist()
+    assert graph._ended_by(ends, np.zeros(0, dtype=np.int64)).size == 0

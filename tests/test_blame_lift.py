@@ -1,6 +1,6 @@
-"""The critical path's lifting tables stop each device chain at its op's step start (blame/path.py): a walk
-never goes further back, so the paths are those of chains lifted across the whole capture, in a fraction
-of the tables."""
+"""The critical path's lifting tables stop each device chain at its op's step start (blame/path.py; the
+earliest step's where steps overlap): a walk never goes further back, so the paths are those of chains
+lifted across the whole capture, in a fraction of the tables."""
 
 from __future__ import annotations
 
@@ -47,7 +47,8 @@ def test_chains_stopped_at_step_starts_walk_the_same_paths(trace, monkeypatch):
     steps = find_steps(tl, activity_window(tl), kcls)
     # Shorter steps than the trace's own: more chains cross a step start.
     cuts = np.linspace(steps.starts[0], steps.ends[-1], 4 * len(steps) + 1).astype(np.int64)
-    for s in (steps, Steps(cuts[:-1], cuts[1:], "window")):
+    lap = np.concatenate(([0], (np.diff(cuts) // 20)[:-1]))  # and steps overlapping by 5 %
+    for s in (steps, Steps(cuts[:-1], cuts[1:], "window"), Steps(cuts[:-1] - lap, cuts[1:], "window")):
         cut, cut_walker = _paths(tl, s)
         with monkeypatch.context() as m:
             m.setattr(path, "_step_floor", lambda start, steps: np.full(start.size, np.iinfo(np.int64).min))
@@ -56,8 +57,28 @@ def test_chains_stopped_at_step_starts_walk_the_same_paths(trace, monkeypatch):
         assert len(cut_walker.lift) <= len(whole_walker.lift)
 
 
-def test_overlapping_steps_leave_chains_whole():
+def test_overlapping_steps_cut_chains_at_the_earliest_step_an_op_is_in():
     start = np.array([5, 15, 25], dtype=np.int64)
     floor = path._step_floor(start, Steps(np.array([0, 10]), np.array([20, 30]), "window"))
-    assert (floor == np.iinfo(np.int64).min).all()
+    assert floor.tolist() == [0, 0, 10]  # the op at 15 is in both steps: a walk of the first passes it
     assert path._step_floor(start, Steps(np.array([0, 10]), np.array([10, 30]), "window")).tolist() == [0, 10, 10]
+    # steps out of order: chains left whole
+    unordered = path._step_floor(start, Steps(np.array([10, 0]), np.array([30, 20]), "window"))
+    assert (unordered == np.iinfo(np.int64).min).all()
+
+
+def test_step_floor_per_piece_is_the_floor_per_op():
+    """The floor found once per piece between step starts and ends equals it found op by op (the earliest
+    step that starts before the op and ends at or after it, else the last that starts before it)."""
+    rng = np.random.default_rng(5)
+    for _ in range(50):
+        lows = np.sort(rng.integers(0, 100, rng.integers(1, 6)))
+        highs = lows + rng.integers(-3, 40, lows.size)
+        start = np.sort(rng.integers(-10, 150, 60))
+        expected = []
+        for s in start.tolist():
+            before = [i for i in range(lows.size) if lows[i] < s]
+            inside = [i for i in before if highs[: i + 1].max() >= s]
+            expected.append(int(lows[inside[0]]) if inside else int(lows[before[-1]]) if before
+                            else np.iinfo(np.int64).min)
+        assert path._step_floor(start, Steps(lows, highs, "window")).tolist() == expected

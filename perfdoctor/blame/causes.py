@@ -15,8 +15,11 @@ patterns are the host-gap measurement's too, so exposure and blocking name host 
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 
+from perfdoctor.blame.calls import WindowCalls
 from perfdoctor.load.labels import labelled, matching
 from perfdoctor.measure import intervals as iv
 from perfdoctor.measure.host import DATA_RANGE, OPTIMIZER_RANGE, host_pauses
@@ -62,7 +65,8 @@ BLOCKING_KEYS = (*CAUSE_KEYS, "blocking.residual_ms", *(whatif_key(c) for c in C
 class HostRanges:
     """Per thread, the merged ranges of each host cause and the CUDA API calls, to split host intervals."""
 
-    def __init__(self, tl: Timeline) -> None:
+    def __init__(self, tl: Timeline, calls: WindowCalls | None = None) -> None:
+        """``calls``: the calls handed out a window at a time (:meth:`within`), else merged here whole."""
         self.ranges: dict[str, dict[int, iv.Intervals]] = {}
         for cause, kind in HOST_RANGES:
             rows = (labelled(tl.nvtx, "gc") if kind == "gc" else
@@ -72,10 +76,31 @@ class HostRanges:
                                             rows.col("end") if len(rows) else np.zeros(0, np.int64),
                                             rows.col("tid") if len(rows) else np.zeros(0, np.int64))
         api = tl.api
-        self.calls = _by_thread(api.col("start"), api.col("end"), api.col("tid")) if len(api) else {}
-        self.quiet = {tid: max(QUIET_MIN_NS, QUIET_FACTOR * float(np.median(np.diff(c[0])))) if c[0].size > 1
-                      else QUIET_MIN_NS for tid, c in self.calls.items()}
+        if calls is None:
+            self.calls = _by_thread(api.col("start"), api.col("end"), api.col("tid")) if len(api) else {}
+        else:
+            self.calls = {}
+        self._window_calls = calls
+        self._quiet: dict[int, float] | None = None
         self.pauses = host_pauses(tl)
+
+    @property
+    def quiet(self) -> dict[int, float]:
+        """Per thread, how long a stretch without a CUDA call is quiet (QUIET_FACTOR times its median
+        interval between calls); asked only where the process has two threads that call CUDA."""
+        if self._quiet is None:
+            medians = (self._window_calls.medians if self._window_calls is not None else
+                       {tid: float(np.median(np.diff(c[0]))) if c[0].size > 1 else None
+                        for tid, c in self.calls.items()})
+            self._quiet = {tid: max(QUIET_MIN_NS, QUIET_FACTOR * m) if m is not None else QUIET_MIN_NS
+                           for tid, m in medians.items()}
+        return self._quiet
+
+    def within(self, calls: dict[int, iv.Intervals]) -> HostRanges:
+        """These ranges with the calls of one window (perfdoctor.blame.calls)."""
+        out = copy.copy(self)
+        out.calls = calls
+        return out
 
     def quiet_stretches(self, lo: int, hi: int) -> iv.Intervals:
         """The host's pauses (no CUDA call or profiled operator for much longer than usual) in [lo, hi)."""

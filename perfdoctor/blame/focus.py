@@ -53,20 +53,40 @@ class Marks:
 
 def marks(tl: Timeline, kcls: Table, steps: Steps, ops: Ops) -> Marks:
     """The ops' unfused kinds (by kernel name) and blocked-norm delays."""
-    out = Marks.empty(len(ops))
-    k = ops.kernel
-    has = k >= 0
-    if not has.any():
+    return kernel_marks(tl, kcls, steps).of(ops)
+
+
+@dataclass(frozen=True)
+class KernelMarks:
+    """The marks of a timeline's kernels: per kernel row its unfused kind, and the blocked norms' rows and
+    delays (few), so the marks of any set of ops (a window of the graph: blame/window.py) are a gather."""
+
+    unfused: np.ndarray  # int8 per kernel row
+    norm: np.ndarray  # kernel rows of the blocked norms
+    delay_ns: np.ndarray
+
+    def of(self, ops: Ops) -> Marks:
+        out = Marks.empty(len(ops))
+        k = ops.kernel
+        has = k >= 0
+        if not has.any():
+            return out
+        out.unfused[has] = self.unfused[k[has]]
+        if self.norm.size:
+            rows = np.flatnonzero(has)
+            by_row = rows[np.argsort(k[rows], kind="stable")]
+            pos = np.minimum(np.searchsorted(k[by_row], self.norm), max(by_row.size - 1, 0))
+            found = k[by_row[pos]] == self.norm
+            out.delay[by_row[pos[found]]] = self.delay_ns[found]
         return out
+
+
+def kernel_marks(tl: Timeline, kcls: Table, steps: Steps) -> KernelMarks:
+    if not len(tl.kernels):
+        return KernelMarks(np.zeros(0, dtype=np.int8), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64))
     codes, _ = unfused_kinds(tl.kernels)
-    out.unfused[has] = codes[k[has]]
     ln = blocked_norms(tl, kcls, steps)
-    if ln.index.size:
-        op_of = np.full(len(tl.kernels), -1, dtype=np.int64)
-        op_of[k[has]] = np.flatnonzero(has)
-        where = op_of[ln.index]
-        out.delay[where[where >= 0]] = ln.delay_ns[where >= 0]
-    return out
+    return KernelMarks(codes, ln.index, ln.delay_ns)
 
 
 def on_path(m: Marks, cols: dict[str, np.ndarray], lo: int, sync_ns: float, after_sync_ns: int) -> np.ndarray:

@@ -18,7 +18,7 @@ pipeline send → receive) are not here: they join the ranks' paths afterwards (
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 
@@ -34,7 +34,9 @@ EDGE_KINDS = ("launch", "stream", "event")
 # scheduling latency); an op that started this close after another stream's op ended, later than its own
 # stream and launch allowed, waited for it.
 EVENT_EPS_NS = 10_000
+EVENT_LOOKS = 3  # the latest ends before an op's start looked at for another stream's (blame/window.py keeps them)
 SYNC_STREAM_WAIT_EVENT = 2  # nsys ENUM_CUPTI_SYNC_TYPE
+ENDED_SLICE = 1 << 18  # starts per merge in _ended_by
 NONE = -1
 
 
@@ -53,6 +55,20 @@ class Ops:
 
     def __len__(self) -> int:
         return int(self.start.size)
+
+    def take(self, rows: np.ndarray) -> Ops:
+        return Ops(*(col[rows] for col in _columns(self)))
+
+    def after(self, other: Ops) -> Ops:
+        """``other``'s ops, then these (``other`` all start before them); these themselves (shared, not
+        copied) when there are none."""
+        if not len(other):
+            return self
+        return Ops(*(np.concatenate([a, b]) for a, b in zip(_columns(other), _columns(self))))
+
+
+def _columns(ops: Ops) -> tuple[np.ndarray, ...]:
+    return tuple(getattr(ops, f.name) for f in fields(ops))
 
 
 @dataclass(frozen=True)
@@ -78,53 +94,89 @@ class Edges:
 def device_ops(tl: Timeline, kcls: Table, ccls: Table, groups: GroupLabels) -> Ops:
     """Kernels, copies and fills of ``tl`` with their cause and launch call. A timeline of kernels only (the
     loader keeps them in start order) shares its kernel columns: no copy, no sort."""
-    k, c, f = tl.kernels, tl.memcpy, tl.memset
-    k_cause = _kernel_causes(kcls, groups)
-    k_launch, _, k_tid = kernel_launch_calls(tl) if len(k) else (np.zeros(0, np.int64),) * 3  # shared
-    if not len(c) and not len(f):
-        n = len(k)
-        cols = [k.col(name) if n else np.zeros(0, np.int64) for name in ("start", "end", "stream")]
-        return Ops(*cols, k_cause, np.arange(n), k_launch, k_tid)
-    c_cause = np.full(len(c), CODE["copy"], dtype=np.int16)
-    if len(c):
-        c_cause[ccls["category"].mask("comm")] = CODE["transfer.other"]  # peer copies move data between GPUs
-    parts = [(t, cause, np.arange(len(t)) if t is k else np.full(len(t), NONE)) for t, cause in
-             ((k, k_cause), (c, c_cause), (f, np.full(len(f), CODE["compute.other"], dtype=np.int16)))]
-    order = np.argsort(np.concatenate([t.col("start") if len(t) else np.zeros(0, np.int64) for t, _, _ in parts]),
-                       kind="stable")
-    cols = [np.concatenate([t.col(name) if len(t) else np.zeros(0, np.int64) for t, _, _ in parts])[order]
-            for name in ("start", "end", "stream")]
-    calls = [(k_launch, None, k_tid)] + [launch_calls(t, tl.api) if len(t) else (np.zeros(0, np.int64),) * 3
-                                         for t, _, _ in parts[1:]]
-    launch = np.concatenate([call[0] for call in calls])[order]
-    tid = np.concatenate([call[2] for call in calls])[order]
-    cause = np.concatenate([cause for _, cause, _ in parts])[order]
-    kernel = np.concatenate([rows for _, _, rows in parts])[order]
-    return Ops(*cols, cause, kernel, launch, tid)
+    return OpSource(tl, kcls, ccls, groups).between(np.iinfo(np.int64).min, np.iinfo(np.int64).max)
+
+
+class OpSource:
+    """The device ops of a timeline, taken a range of start times at a time (blame/window.py walks a rank in
+    windows of whole steps): per table (kernels, copies, fills) its rows in start order, their cause and
+    launch call. The ops of a range come in the order of all of them (start, then kernels before copies before
+    fills, then row), so a window's ops are in the whole graph's order."""
+
+    def __init__(self, tl: Timeline, kcls: Table, ccls: Table, groups: GroupLabels) -> None:
+        k, c, f = tl.kernels, tl.memcpy, tl.memset
+        c_cause = np.full(len(c), CODE["copy"], dtype=np.int16)
+        if len(c):
+            c_cause[ccls["category"].mask("comm")] = CODE["transfer.other"]  # peer copies move data between GPUs
+        # per table: (table, cause, launch start, launching thread, whether its rows are kernels)
+        self.parts = [(t, cause, call[0], call[2], t is k) for t, cause, call in (
+            (k, _kernel_causes(kcls, groups), kernel_launch_calls(tl) if len(k) else None),  # shared (memoized)
+            (c, c_cause, launch_calls(c, tl.api) if len(c) else None),
+            (f, np.full(len(f), CODE["compute.other"], dtype=np.int16), launch_calls(f, tl.api) if len(f) else None))
+            if len(t)]
+        # per table its rows in start order (None: the table's own order, the loader's for kernels) and starts
+        self.order: list[np.ndarray | None] = []
+        self.starts: list[np.ndarray] = []
+        for t, *_ in self.parts:
+            start = t.col("start")
+            order = None if np.all(start[1:] >= start[:-1]) else np.argsort(start, kind="stable")
+            self.order.append(order)
+            self.starts.append(start if order is None else start[order])
+
+    def rank(self, t: np.ndarray, side: str) -> np.ndarray:
+        """Per time, how many ops start before it (``side`` "left") or at or before it ("right")."""
+        out = np.zeros(np.shape(t), dtype=np.int64)
+        for start in self.starts:
+            out += np.searchsorted(start, t, side=side)
+        return out
+
+    def between(self, t0: int, t1: int) -> Ops:
+        """The ops that start in [t0, t1), in order."""
+        cols: list[list[np.ndarray]] = [[] for _ in range(7)]
+        for (t, cause, launch, tid, kernel), order, start in zip(self.parts, self.order, self.starts):
+            a, b = np.searchsorted(start, [t0, t1], side="left").tolist()
+            rows = slice(a, b) if order is None else order[a:b]
+            row = (np.arange(a, b) if order is None else rows) if kernel else np.full(b - a, NONE)
+            for out, col in zip(cols, (t.col("start")[rows], t.col("end")[rows], t.col("stream")[rows], cause[rows],
+                                       row, launch[rows], tid[rows])):
+                out.append(col)
+        if len(cols[0]) == 1:  # one table (kernels only, usually): its columns' slices, no copy, no sort
+            return Ops(*(c[0] for c in cols))
+        if not cols[0]:
+            return Ops(*(np.zeros(0, dtype=np.int16 if j == 3 else np.int64) for j in range(7)))
+        order = np.argsort(np.concatenate(cols[0]), kind="stable")
+        return Ops(*(np.concatenate(c)[order] for c in cols))
+
+    def threads(self) -> list[np.ndarray]:
+        """The launching thread of every op, per table."""
+        return [tid for _, _, _, tid, _ in self.parts]
 
 
 def _kernel_causes(kcls: Table, groups: GroupLabels) -> np.ndarray:
-    """Per kernel its cause code: compute by class, comm by parallel group."""
+    """Per kernel its cause code: compute by class, comm by parallel group (a cause per distinct class and
+    per group, then one gather each)."""
     n = len(kcls)
-    out = np.full(n, CODE["compute.other"], dtype=np.int16)
     if not n:
-        return out
+        return np.full(n, CODE["compute.other"], dtype=np.int16)
     category = kcls["category"]
-    for cat, cause in CATEGORY_CAUSE.items():
-        out[category.mask(cat)] = CODE[cause]
-    comm = category.mask("comm")
-    group = groups.codes
-    for g, name in enumerate(GROUPS):
-        cause = "pipeline.p2p" if name == "pp" else f"transfer.{name}"
-        out[comm & (group == g)] = CODE.get(cause, CODE["transfer.other"])
-    out[comm & (group < 0)] = CODE["transfer.other"]
+    by_value = np.array([CODE[CATEGORY_CAUSE.get(v, "compute.other")] for v in category.values.tolist()],
+                        dtype=np.int16)
+    out = by_value[category.codes]
+    comm = np.flatnonzero(category.mask("comm"))
+    if comm.size:
+        by_group = np.array([CODE.get("pipeline.p2p" if name == "pp" else f"transfer.{name}", CODE["transfer.other"])
+                             for name in GROUPS] + [CODE["transfer.other"]], dtype=np.int16)
+        group = groups.codes[comm].astype(np.int64)
+        known = group < len(GROUPS)  # (codes are GROUPS indices or UNLABELLED, < 0)
+        out[comm[known]] = by_group[np.where(group[known] < 0, len(GROUPS), group[known])]
     return out
 
 
-def edges(ops: Ops, sync: Table) -> Edges:
+def edges(ops: Ops, sync: Table | dict[int, np.ndarray]) -> Edges:
     """Every op's launch, stream and (inferred) event edges, and its binding edge. Op indices are int32 (a
     timeline holds fewer than 2**31 ops); each temporary is dropped once used: at 10M ops the graph is the
-    rank's largest structure."""
+    rank's largest structure. ``sync``: the timeline's synchronization records, or their stream waits
+    (:func:`stream_waits`, for building many windows' graphs)."""
     n = len(ops)
     index = np.int32 if n < np.iinfo(np.int32).max else np.int64
     # Stream predecessors: ops grouped by stream in start order (a stable sort keeps start order within one).
@@ -134,26 +186,25 @@ def edges(ops: Ops, sync: Table) -> Edges:
     prev[by_stream[1:][same]] = by_stream[:-1][same]
     del by_stream, same
     # Event candidates: the op of another stream that ended last at or before this op's start (stepping over
-    # at most two ops of its own stream: their end is the stream edge already).
-    by_end = np.argsort(ops.end, kind="stable")
-    j = np.searchsorted(ops.end[by_end], ops.start, side="right") - 1
+    # at most EVENT_LOOKS - 1 ops of its own stream: their end is the stream edge already).
+    by_end = np.argsort(ops.end, kind="stable").astype(index, copy=False)
+    j = _ended_by(ops.end[by_end], ops.start) - 1
+    end_stream = ops.stream[by_end]  # gathered once: the ops' starts are sorted, so j is too (near reads)
     other = np.full(n, NONE, dtype=index)
-    looking = np.flatnonzero(j >= 0)
-    for _ in range(3):
-        cand = by_end[j[looking]]
-        hit = ops.stream[cand] != ops.stream[looking]
-        other[looking[hit]] = cand[hit]
-        looking = looking[~hit]
-        j[looking] -= 1
-        looking = looking[j[looking] >= 0]
-    del j, looking
+    for back in range(EVENT_LOOKS - 1, -1, -1):  # the nearest op of another stream wins: written last
+        at = j - back
+        hit = at >= 0
+        np.maximum(at, 0, out=at)
+        hit &= end_stream[at] != ops.stream
+        other[hit] = by_end[at[hit]]
+    del j, at, hit, end_stream
     lowest = np.iinfo(np.int64).min
     has_prev, has_other, has_launch = prev >= 0, other >= 0, ops.launch >= 0
     s_ready = np.where(has_prev, ops.end[np.maximum(prev, 0)], lowest)
     e_ready = np.where(has_other, ops.end[np.maximum(other, 0)], lowest)
     l_ready = np.where(has_launch, ops.launch, lowest)
     event = has_other & (ops.start - e_ready <= EVENT_EPS_NS) & (e_ready > s_ready) & (e_ready > l_ready)
-    recorded = _recorded_waits(ops, prev, sync)
+    recorded = _recorded_waits(ops, prev, sync if isinstance(sync, dict) else stream_waits(sync))
     has = (has_launch, has_prev, event)  # per kind (LAUNCH, STREAM, EVENT): which ops have the edge
     # Binding edge per op: the latest ready; on a tie the device edge (the later kind) wins. The event
     # edge exists only where it is later than the others.
@@ -179,6 +230,20 @@ def edges(ops: Ops, sync: Table) -> Edges:
                  np.where(recorded & ~event & has_other, other, NONE), by_end)
 
 
+def _ended_by(ends: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """``searchsorted(ends, starts, "right")`` for sorted ``starts`` too (the ops' own), a slice of starts at
+    a time: the slice and the ends it reaches merged by one stable sort (a merge of two sorted runs), each
+    start's place in it less the starts before it (an end equal to a start sorts first: it counts). About
+    twice as fast as a search per start; its temporaries are a slice's."""
+    out = np.empty(starts.size, dtype=np.int64)
+    for a in range(0, starts.size, ENDED_SLICE):
+        mine = starts[a:a + ENDED_SLICE]
+        lo, hi = np.searchsorted(ends, [mine[0], mine[-1]], side="right").tolist()
+        merged = np.argsort(np.concatenate([ends[lo:hi], mine]), kind="stable")
+        out[a:a + mine.size] = np.flatnonzero(merged >= hi - lo) - np.arange(mine.size) + lo
+    return out
+
+
 def _small(values: np.ndarray) -> np.ndarray:
     """Stream ids as int16 where they fit (CUDA's are small): numpy's stable sort of 16-bit keys is a
     radix sort, linear in the ops."""
@@ -187,20 +252,26 @@ def _small(values: np.ndarray) -> np.ndarray:
     return values
 
 
-def _recorded_waits(ops: Ops, prev: np.ndarray, sync: Table) -> np.ndarray:
+def stream_waits(sync: Table) -> dict[int, np.ndarray]:
+    """Per stream, the sorted times of its stream-wait synchronization records (nsys)."""
+    if not len(sync) or "sync_type" not in sync:
+        return {}
+    waits = sync.take(sync.col("sync_type") == SYNC_STREAM_WAIT_EVENT)
+    if not len(waits):
+        return {}
+    w_stream, w_start = waits.col("stream"), waits.col("start")
+    return {stream: np.sort(w_start[w_stream == stream]) for stream in np.unique(w_stream).tolist()}
+
+
+def _recorded_waits(ops: Ops, prev: np.ndarray, waits: dict[int, np.ndarray]) -> np.ndarray:
     """Per op: whether a stream-wait synchronization record on its stream lies between its stream
     predecessor's launch and its own launch (the trace recorded the wait, so the event edge is not
     inferred)."""
     out = np.zeros(len(ops), dtype=bool)
-    if not len(sync) or "sync_type" not in sync:
+    if not waits:
         return out
-    waits = sync.take(sync.col("sync_type") == SYNC_STREAM_WAIT_EVENT)
-    if not len(waits):
-        return out
-    w_stream, w_start = waits.col("stream"), waits.col("start")
     lo = np.where(prev >= 0, ops.launch[np.maximum(prev, 0)], np.iinfo(np.int64).min)
-    for stream in np.unique(w_stream).tolist():
-        times = np.sort(w_start[w_stream == stream])
+    for stream, times in waits.items():
         mine = np.flatnonzero((ops.stream == stream) & (ops.launch >= 0))
         first = np.searchsorted(times, lo[mine], side="left")
         out[mine] = (first < times.size) & (times[np.minimum(first, times.size - 1)] <= ops.launch[mine])

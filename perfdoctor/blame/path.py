@@ -20,11 +20,14 @@ cross-rank join splits off the part spent waiting for a late peer (:mod:`perfdoc
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any
 
 import numpy as np
 
+from perfdoctor.blame.calls import WindowCalls
 from perfdoctor.blame.causes import CAUSES, CODE, FOCUS, HostRanges
 from perfdoctor.blame.focus import LN, SYNC, Marks, on_path
 from perfdoctor.blame.graph import LAUNCH, NONE, Edges, Ops
@@ -113,22 +116,47 @@ class RankPath:
     focus_saving: dict[str, int] = field(default_factory=dict)
 
 
+class HostSide:
+    """What the walk knows of a rank's host, whatever ops it walks (the whole graph or a window of it):
+    its ranges and CUDA calls per thread (:class:`perfdoctor.blame.causes.HostRanges`), its blocking calls,
+    and the thread that launched most ops (found when first needed, from ``threads``: every op's)."""
+
+    def __init__(self, tl: Timeline, threads: list[np.ndarray], calls: WindowCalls | None = None) -> None:
+        self.ranges = HostRanges(tl, calls)
+        self.blocking = _blocking(tl)
+        self._threads = threads
+        self._calls = calls
+
+    def within(self, lo: int, hi: int) -> HostSide:
+        """This host with the calls of the window [lo, hi] (handed out in order: perfdoctor.blame.calls)."""
+        out = copy.copy(self)
+        out.ranges = self.ranges.within(self._calls.window(lo, hi)) if self._calls is not None else self.ranges
+        return out
+
+    @cached_property
+    def main_tid(self) -> int:
+        counts: dict[int, int] = {}
+        for tid in self._threads:
+            values, n = np.unique(tid[tid >= 0], return_counts=True)
+            for v, c in zip(values.tolist(), n.tolist()):
+                counts[v] = counts.get(v, 0) + c
+        # the most ops, the lowest thread id on a tie (as np.unique's sorted values and argmax)
+        return min(counts, key=lambda v: (-counts[v], v)) if counts else -1
+
+
 class _Walker:
     """The per-rank state of the walk: the graph as plain lists, the host's blocking calls per thread."""
 
-    def __init__(self, tl: Timeline, ops: Ops, edges: Edges, steps: Steps) -> None:
+    def __init__(self, tl: Timeline, ops: Ops, edges: Edges, steps: Steps, host: HostSide | None = None) -> None:
         # numpy columns, read an element at a time only where the walk leaves a device chain (few per step)
         self.start, self.end, self.cause, self.tid = ops.start, ops.end, ops.cause, ops.tid
         self.bind, self.kind, self.src = edges.bind, edges.kind, edges.src
         self.ready, self.inferred = edges.ready, edges.inferred
         self.by_end = edges.by_end
         self.ends = ops.end[self.by_end]
-        self.host = HostRanges(tl)
-        self.blocking = _blocking(tl)
-        known = ops.tid[ops.tid >= 0]
-        values, counts = np.unique(known, return_counts=True)
-        self.main_tid = int(values[np.argmax(counts)]) if values.size else -1
-        self.tail_tid = self.main_tid  # the thread that ended the last step walked
+        self.side = host if host is not None else HostSide(tl, [ops.tid])
+        self.host, self.blocking = self.side.ranges, self.side.blocking
+        self.tail_tid = NONE  # the thread that ended the last step walked
         self.after_sync = 0  # ns of host work after blocking calls on the step's path (blame/focus.py)
         self._chains(ops, edges, steps)
 
@@ -284,7 +312,7 @@ class _Walker:
                 best, when = tid, int(ends[j])
         if best != NONE:
             return best
-        return self.tid[last] if last != NONE and self.tid[last] >= 0 else self.main_tid
+        return self.tid[last] if last != NONE and self.tid[last] >= 0 else self.side.main_tid
 
     def _host(self, seg: Segments, t: int, tid: int, lo: int) -> tuple[int, int] | None:
         """Walk the host back from ``t`` on thread ``tid``: its work (by cause) back to its last blocking
@@ -339,13 +367,26 @@ class _Walker:
 
 
 def _step_floor(start: np.ndarray, steps: Steps) -> np.ndarray:
-    """Per op, the start of the step it starts in: no walk goes back past it. Steps that overlap or are out
-    of order give no floor (the chains are not cut)."""
+    """Per op (``start`` sorted, as the ops are), the start of the earliest step it starts in: no walk that
+    passes the op goes back past it (a walk of a step passes only ops that start inside the step). Steps may
+    overlap (a CPU range's start and the device's end); an op inside none gets the start of the last step
+    before it (no walk passes it). Steps out of order give no floor (the chains are not cut).
+
+    The floor changes only just after a step's start or the latest end so far: it is found once per piece
+    between those times and repeated over the piece's ops."""
     lows = steps.starts
-    if not lows.size or np.any(lows[1:] < steps.ends[:-1]):
-        return np.full(start.size, np.iinfo(np.int64).min)
-    at = np.searchsorted(lows, start, side="left") - 1  # the last step that started before the op
-    return np.where(at >= 0, lows[np.maximum(at, 0)], np.iinfo(np.int64).min)
+    lowest = np.iinfo(np.int64).min
+    if not lows.size or np.any(lows[1:] < lows[:-1]):
+        return np.full(start.size, lowest)
+    reach = np.maximum.accumulate(steps.ends)
+    cuts = np.unique(np.concatenate([lows, reach]))  # pieces: (−inf, c0], (c0, c1], …, (c_last, inf)
+    probe = np.append(cuts, cuts[-1] + 1)  # a time in each piece (the floor is the same across it)
+    at = np.searchsorted(lows, probe, side="left") - 1  # the last step that started before
+    inside = np.searchsorted(reach, probe, side="left")  # the first step that ends at or after
+    at = np.where(inside <= at, inside, at)
+    floor = np.where(at >= 0, lows[np.maximum(at, 0)], lowest)
+    bounds = np.searchsorted(start, cuts, side="right")
+    return np.repeat(floor, np.diff(bounds, prepend=0, append=start.size))
 
 
 def _blocking(tl: Timeline) -> dict[int, iv.Intervals]:
@@ -360,55 +401,82 @@ def _blocking(tl: Timeline) -> dict[int, iv.Intervals]:
 
 def rank_path(tl: Timeline, ops: Ops, edges: Edges, steps: Steps, instances: np.ndarray,
               marks: Marks | None = None) -> RankPath:
-    """Every step of one rank walked back (see the module docstring). ``instances``: the kernel rows of the
-    rank's collective instances in order (perfdoctor.measure.collectives), so the join can find the peers'
-    arrivals of each comm segment; ``marks``: the ops the focus metrics weigh (perfdoctor.blame.focus)."""
-    walker = _Walker(tl, ops, edges, steps)
-    marks = marks if marks is not None else Marks.empty(len(ops))
-    n = len(steps)
-    by_cause = np.zeros((n, len(CAUSES)))
-    focus = np.zeros((n, len(FOCUS)))
-    focus_saving: dict[str, int] = {}
-    residual = np.zeros(n)
-    comm: list[list[np.ndarray]] = [[], [], [], [], []]
-    durations = steps.durations.astype(np.int64)
-    rep = int(np.argsort(durations, kind="stable")[(n - 1) // 2]) if n else 0  # the (lower) median step
-    path: dict[str, list] = {}
-    saving: dict[str, int] = {}
-    firsts = np.searchsorted(ops.start, steps.starts, side="left")
-    stops = np.searchsorted(ops.start, steps.ends, side="left")
-    for i, (lo, hi, first, stop) in enumerate(zip(steps.starts.tolist(), steps.ends.tolist(), firsts.tolist(),
-                                                  stops.tolist())):
-        seg, rest = walker.step(lo, hi, first, stop)
-        cols = seg.columns()
-        cause, op = cols["cause"], cols["op"]
-        by_cause[i] = np.bincount(cause, weights=cols["end"] - cols["start"], minlength=len(CAUSES))
-        residual[i] = rest
-        focus[i] = on_path(marks, cols, lo, by_cause[i, CODE["host.sync"]], walker.after_sync)
-        on_comm = np.isin(cause, COMM)
-        comm[0].append(np.full(int(on_comm.sum()), i, dtype=np.int64))
-        comm[1].append(_instance_of(ops.kernel[op[on_comm]], instances))
-        comm[2].append(cols["start"][on_comm])
-        comm[3].append(cols["end"][on_comm])
-        comm[4].append(cause[on_comm])
-        if i == rep:
-            worth = [c for c in np.flatnonzero(by_cause[i] >= WHATIF_SHARE * (hi - lo)).tolist()
-                     if CAUSES[c] != "host.sync"] if stop - first <= REPLAY_MAX_OPS else []
-            large = stop - first > REPLAY_MAX_OPS
-            worth_focus = [] if large else np.flatnonzero(focus[i] >= WHATIF_SHARE * (hi - lo)).tolist()
-            if worth or worth_focus:
-                replay = Replay(ops, edges, walker, lo, hi, first, stop, walker.tail_tid)
-                saving = {CAUSES[c]: replay.saving(c) for c in worth}
-                focus_saving = {}
-                kinds = np.flatnonzero(focus[i, 1:LN] > 0)
-                for f in sorted(worth_focus, key=lambda f: f == 0):  # one kind of unfused kernel only: one replay
-                    same = f == 0 and kinds.size == 1 and FOCUS[1 + kinds[0]] in focus_saving
-                    focus_saving[FOCUS[f]] = (focus_saving[FOCUS[1 + kinds[0]]] if same
-                                              else _focus_saving(replay, marks, f, first, stop))
-            path = _compact(tl, ops, {k: v[::-1] for k, v in cols.items()}, instances)
-    arrays = [np.concatenate(c) if c else np.zeros(0, dtype=np.int64) for c in comm]
-    return RankPath(by_cause, residual, durations, *arrays, representative=rep, path=path, saving=saving,
-                    focus=focus, focus_saving=focus_saving)
+    """Every step of one rank walked back on its whole graph (see the module docstring). ``instances``: the
+    kernel rows of the rank's collective instances in order (perfdoctor.measure.collectives), so the join
+    can find the peers' arrivals of each comm segment; ``marks``: the ops the focus metrics weigh
+    (perfdoctor.blame.focus). blame/window.py walks the same steps a window of steps at a time."""
+    walks = StepWalks(tl, steps, instances)
+    walks.walk(_Walker(tl, ops, edges, steps), ops, edges, marks if marks is not None else Marks.empty(len(ops)),
+               0, len(steps))
+    return walks.result()
+
+
+class StepWalks:
+    """The walks of a rank's steps, filled a run of steps at a time (on the whole graph or on windows of it:
+    blame/window.py), and the :class:`RankPath` they make."""
+
+    def __init__(self, tl: Timeline, steps: Steps, instances: np.ndarray) -> None:
+        self.tl, self.steps, self.instances = tl, steps, instances
+        n = len(steps)
+        self.by_cause = np.zeros((n, len(CAUSES)))
+        self.focus = np.zeros((n, len(FOCUS)))
+        self.focus_saving: dict[str, int] = {}
+        self.residual = np.zeros(n)
+        self.comm: list[list[np.ndarray]] = [[], [], [], [], []]
+        self.durations = steps.durations.astype(np.int64)
+        self.rep = int(np.argsort(self.durations, kind="stable")[(n - 1) // 2]) if n else 0  # the (lower) median
+        self.path: dict[str, Any] = {}
+        self.saving: dict[str, int] = {}
+
+    def walk(self, walker: _Walker, ops: Ops, edges: Edges, marks: Marks, i0: int, i1: int) -> None:
+        """Walk steps ``i0:i1`` on ``ops`` (every op a walk of them reaches: blame/window.py)."""
+        steps, instances, tl = self.steps, self.instances, self.tl
+        by_cause, focus, comm = self.by_cause, self.focus, self.comm
+        lows, highs = steps.starts[i0:i1], steps.ends[i0:i1]
+        firsts = np.searchsorted(ops.start, lows, side="left")
+        stops = np.searchsorted(ops.start, highs, side="left")
+        for i, (lo, hi, first, stop) in enumerate(zip(lows.tolist(), highs.tolist(), firsts.tolist(), stops.tolist()),
+                                                  start=i0):
+            seg, rest = walker.step(lo, hi, first, stop)
+            cols = seg.columns()
+            cause, op = cols["cause"], cols["op"]
+            by_cause[i] = np.bincount(cause, weights=cols["end"] - cols["start"], minlength=len(CAUSES))
+            self.residual[i] = rest
+            focus[i] = on_path(marks, cols, lo, by_cause[i, CODE["host.sync"]], walker.after_sync)
+            on_comm = np.isin(cause, COMM)
+            comm[0].append(np.full(int(on_comm.sum()), i, dtype=np.int64))
+            comm[1].append(_instance_of(ops.kernel[op[on_comm]], instances))
+            comm[2].append(cols["start"][on_comm])
+            comm[3].append(cols["end"][on_comm])
+            comm[4].append(cause[on_comm])
+            if i == self.rep:
+                self._representative(walker, ops, edges, marks, cols, lo, hi, first, stop)
+                self.path = _compact(tl, ops, {k: v[::-1] for k, v in cols.items()}, instances)
+
+    def _representative(self, walker: _Walker, ops: Ops, edges: Edges, marks: Marks, cols: dict[str, np.ndarray],
+                        lo: int, hi: int, first: int, stop: int) -> None:
+        """The representative step's what-ifs: it replayed without each cause (and focus entry) worth it."""
+        i = self.rep
+        by_cause, focus = self.by_cause, self.focus
+        worth = [c for c in np.flatnonzero(by_cause[i] >= WHATIF_SHARE * (hi - lo)).tolist()
+                 if CAUSES[c] != "host.sync"] if stop - first <= REPLAY_MAX_OPS else []
+        large = stop - first > REPLAY_MAX_OPS
+        worth_focus = [] if large else np.flatnonzero(focus[i] >= WHATIF_SHARE * (hi - lo)).tolist()
+        if worth or worth_focus:
+            replay = Replay(ops, edges, walker, lo, hi, first, stop, walker.tail_tid)
+            self.saving = {CAUSES[c]: replay.saving(c) for c in worth}
+            focus_saving: dict[str, int] = {}
+            kinds = np.flatnonzero(focus[i, 1:LN] > 0)
+            for f in sorted(worth_focus, key=lambda f: f == 0):  # one kind of unfused kernel only: one replay
+                same = f == 0 and kinds.size == 1 and FOCUS[1 + kinds[0]] in focus_saving
+                focus_saving[FOCUS[f]] = (focus_saving[FOCUS[1 + kinds[0]]] if same
+                                          else _focus_saving(replay, marks, f, first, stop))
+            self.focus_saving = focus_saving
+
+    def result(self) -> RankPath:
+        arrays = [np.concatenate(c) if c else np.zeros(0, dtype=np.int64) for c in self.comm]
+        return RankPath(self.by_cause, self.residual, self.durations, *arrays, representative=self.rep,
+                        path=self.path, saving=self.saving, focus=self.focus, focus_saving=self.focus_saving)
 
 
 def _focus_saving(replay: Replay, marks: Marks, f: int, first: int, stop: int) -> int:

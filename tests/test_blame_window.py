@@ -1,0 +1,187 @@
+"""The critical path walked a window of whole steps at a time (blame/window.py) is the whole graph's: same
+causes per step, residuals, comm segments, focus, representative path and what-ifs. Windows are forced
+small (WINDOW_OPS) so a trace is walked in one window per step; each part of the margin is needed (a window
+without it walks other paths on some trace)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from perfdoctor.blame import path, window
+from perfdoctor.blame.focus import kernel_marks, marks
+from perfdoctor.blame.graph import Ops, OpSource, device_ops, edges
+from perfdoctor.classify.groups import label_groups
+from perfdoctor.classify.timeline import copy_classes, kernel_classes
+from perfdoctor.load.run import load_trace
+from perfdoctor.measure.breakdown import activity_window
+from perfdoctor.measure.steps import Steps, find_steps
+from tests.paths import REAL_H100, SAMPLES
+from tests.test_blame_lift import _same
+
+# cross-stream waits recorded by nsys (cp, ep, pp), copies beside kernels (prefetch), blocked norms, host-bound
+# and GC-paused hosts, and the real 2xH100 export
+TRACES = [SAMPLES / "exposed_cp" / "exposed_cp.rank0.sqlite", SAMPLES / "moe_ep" / "moe_ep.rank0.sqlite",
+          SAMPLES / "pp_1f1b" / "pp_1f1b.rank2.sqlite", SAMPLES / "prefetch_overlap" / "prefetch_overlap.rank0.sqlite",
+          SAMPLES / "ln_blocked" / "ln_blocked.rank0.sqlite", SAMPLES / "host_bound" / "host_bound.rank0.sqlite",
+          SAMPLES / "gc_jitter" / "gc_jitter.rank0.sqlite", REAL_H100]
+
+
+def _inputs(trace):
+    _, timelines = load_trace(trace, detail=False)
+    tl = next(t for t in timelines if t.device_id is not None and len(t.kernels))
+    kcls, ccls = kernel_classes(tl.kernels), copy_classes(tl.memcpy)
+    groups = label_groups(tl, kcls, {})
+    return tl, kcls, ccls, groups, find_steps(tl, activity_window(tl), kcls)
+
+
+def _step_sets(steps: Steps) -> list[Steps]:
+    """The trace's own steps, 4x shorter ones back to back (more chains cross a step start), and those
+    overlapping by 5 % (a CPU range's start and the device's end)."""
+    cuts = np.linspace(steps.starts[0], steps.ends[-1], 4 * len(steps) + 1).astype(np.int64)
+    lap = (np.diff(cuts) // 20)[:-1]
+    return [steps, Steps(cuts[:-1], cuts[1:], "window"),
+            Steps(cuts[:-1] - np.concatenate(([0], lap)), cuts[1:], "window")]
+
+
+def _whole(tl, kcls, ccls, groups, steps) -> path.RankPath:
+    ops = device_ops(tl, kcls, ccls, groups)
+    return path.rank_path(tl, ops, edges(ops, tl.sync), steps, np.flatnonzero(groups.codes >= 0),
+                          marks(tl, kcls, steps, ops))
+
+
+def _windowed(tl, kcls, ccls, groups, steps) -> path.RankPath:
+    return window.windowed_path(tl, OpSource(tl, kcls, ccls, groups), steps, np.flatnonzero(groups.codes >= 0),
+                                kernel_marks(tl, kcls, steps))
+
+
+@pytest.fixture(scope="module")
+def cases():
+    out = []
+    for trace in TRACES:
+        tl, kcls, ccls, groups, steps = _inputs(trace)
+        for s in _step_sets(steps):
+            out.append((trace.name, (tl, kcls, ccls, groups, s), _whole(tl, kcls, ccls, groups, s)))
+    return out
+
+
+@pytest.mark.parametrize("size", [1, 2000])
+def test_windows_of_steps_walk_the_whole_graphs_paths(cases, size, monkeypatch):
+    monkeypatch.setattr(window, "WINDOW_OPS", size)
+    for name, args, whole in cases:
+        _same(_windowed(*args), whole)
+        if size == 1:  # one window per step
+            assert len(window.windows(args[4], OpSource(*args[:4]))) == len(args[4]), name
+
+
+def test_the_default_window_walks_the_whole_graphs_paths(cases):
+    for _, args, whole in cases[:3]:
+        _same(_windowed(*args), whole)
+
+
+def _described(ops, e, rows) -> np.ndarray:
+    """Per op in ``rows``: its binding edge (kind, ready, inferred) and its binding, stream, event and
+    stream-wait sources as ops (their columns, not their index)."""
+    b = e.bind[rows]
+    at = np.maximum(b, 0)
+    key = [np.where(b >= 0, e.kind[at], -1), np.where(b >= 0, e.ready[at], 0), np.where(b >= 0, e.inferred[at], 0)]
+    for src in (np.where(b >= 0, e.src[at], -1), e.stream_src[rows], e.event_src[rows], e.wait_src[rows]):
+        key += [np.where(src >= 0, col[np.maximum(src, 0)], -1) for col in (ops.start, ops.end, ops.stream,
+                                                                             ops.kernel)]
+    return np.stack([np.asarray(k, dtype=np.int64) for k in key])
+
+
+def _core_edges_differ(whole_ops, sync, windows) -> bool:
+    """Whether some op that starts in a window (its core: from ``lo`` on) has other edges than in the whole
+    graph; ``windows``: (lo, the window's ops)."""
+    whole = edges(whole_ops, sync)
+    for lo, ops in windows:
+        core = np.flatnonzero(ops.start >= lo)
+        first = int(np.searchsorted(whole_ops.start, lo, side="left"))
+        if not np.array_equal(_described(ops, edges(ops, sync), core),
+                              _described(whole_ops, whole, np.arange(first, first + core.size))):
+            return True
+    return False
+
+
+def _trace_edges_differ(args) -> bool:
+    tl, kcls, ccls, groups, steps = args
+    return _core_edges_differ(device_ops(tl, kcls, ccls, groups), tl.sync,
+                              ((lo, ops) for _, _, lo, _, ops in
+                               window.window_ops(OpSource(tl, kcls, ccls, groups), steps)))
+
+
+def test_a_windows_core_ops_have_the_whole_graphs_edges(cases, monkeypatch):
+    monkeypatch.setattr(window, "WINDOW_OPS", 1)
+    for name, args, _ in cases:
+        assert not _trace_edges_differ(args), name
+
+
+def _overlapping_on_a_stream() -> tuple[Ops, int]:
+    """Stream 1: a long op [0, 100) and a short one [10, 20) beside it (ops of one stream that overlap: no
+    trace we read has them, nothing forbids them); stream 2: an op at 100 that waited for the long one.
+    A window starting at 50: the long op is running, but neither its stream's last op nor one that ended."""
+    cols = dict(start=[0, 10, 100], end=[100, 20, 110], stream=[1, 1, 2], cause=[0, 0, 0], kernel=[0, 1, 2],
+                launch=[-1, -1, 5], tid=[7, 7, 7])
+    return Ops(**{k: np.array(v, dtype=np.int16 if k == "cause" else np.int64) for k, v in cols.items()}), 50
+
+
+def _without(part: str):
+    def margin(ops, t):
+        n, parts = window._margin_parts(ops, t)
+        keep = np.zeros(n, dtype=bool)
+        for name, rows in parts.items():
+            keep[rows] |= name != part
+        return ops.take(np.flatnonzero(keep))
+    return margin
+
+
+@pytest.mark.parametrize("part", ["stream", "running", "ended"])
+def test_each_part_of_the_margin_is_needed(cases, part, monkeypatch):
+    """Without one part of the margin (the last op of each stream, the ops still running at the window's
+    start, the ones that ended last before it), a window's core ops get other edges: the tests above fail.
+    The ops running at a window's start are the last of their stream in every trace here; an op running
+    beside a later one of its stream needs them."""
+    monkeypatch.setattr(window, "WINDOW_OPS", 1)
+    ops, lo = _overlapping_on_a_stream()
+    first = int(np.searchsorted(ops.start, lo))
+    after = ops.take(slice(first, None))
+    no_sync = {}
+    assert not _core_edges_differ(ops, no_sync, [(lo, after.after(window._margin(ops, lo)))])
+    monkeypatch.setattr(window, "_margin", _without(part))
+    assert (any(_trace_edges_differ(args) for _, args, _ in cases)
+            or _core_edges_differ(ops, no_sync, [(lo, after.after(window._margin(ops, lo)))]))
+
+
+@pytest.mark.parametrize("trace", [TRACES[5], TRACES[6], REAL_H100], ids=lambda p: p.name)
+def test_window_calls_are_the_whole_threads_calls_inside_the_window(trace, monkeypatch):
+    """The calls merged a window at a time (blame/calls.py): the same quiet threshold per thread (medians
+    taken a slice at a time: slices of 7 calls here) and, inside each window, the same merged intervals."""
+    from perfdoctor.blame import calls as window_calls
+    from perfdoctor.blame.causes import HostRanges
+
+    monkeypatch.setattr(window_calls, "SLICE", 7)
+    tl, _, _, _, steps = _inputs(trace)
+    whole = HostRanges(tl)
+    calls = window_calls.WindowCalls(tl)
+    assert calls.in_order or trace == REAL_H100  # (its calls are not in start order: merged whole)
+    assert HostRanges(tl, calls).quiet == whole.quiet
+    for s in _step_sets(steps)[1:2]:
+        calls = window_calls.WindowCalls(tl)
+        for lo, hi in zip(s.starts.tolist(), s.ends.tolist()):
+            mine = calls.window(lo, hi)
+            assert mine.keys() == whole.calls.keys()
+            for tid, (a, b) in whole.calls.items():
+                inside = (b >= lo) & (a <= hi)  # the merged calls that reach into the window
+                m = mine[tid]
+                mine_inside = (m[1] >= lo) & (m[0] <= hi)
+                assert np.array_equal(np.maximum(m[0][mine_inside], lo), np.maximum(a[inside], lo))
+                assert np.array_equal(np.minimum(m[1][mine_inside], hi), np.minimum(b[inside], hi))
+
+
+@pytest.mark.parametrize("ids", [[7, 20, 7, 7, 3, 20], [7, 1 << 40, 7, -5, 1 << 40, 9]])
+def test_last_of_each_stream(ids):
+    """Small ids in one pass, wide ones by a sort: the same last positions."""
+    values = np.array(ids, dtype=np.int64)
+    expected = sorted(max(i for i, v in enumerate(ids) if v == u) for u in set(ids))
+    assert sorted(window._last_of_each(values).tolist()) == expected
