@@ -93,68 +93,143 @@ class HostGaps:
     sync_host: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
 
+# Gaps are attributed a window of whole steps at a time, each window about this many device-busy intervals
+# (so about as many gaps): the per-gap temporaries (a dozen arrays) are a window's, not the trace's.
+WINDOW_OPS = 1 << 20
+
+
 def host_gaps(tl: Timeline, steps: Steps, busy: iv.Intervals) -> HostGaps:
     """Attribute every idle interval of ``busy`` inside the steps, summed per step and cause."""
     n = len(steps)
-    gaps = gap_causes(tl, steps, busy)
-    if not gaps.start.size:
+    width = len(CAUSES) + 1  # column 0 the device-side waits
+    table = np.zeros((n, width))
+    sync_host = np.zeros(n)
+    spans: dict[str, tuple[list, list]] = {c: ([], []) for c in CAUSES}
+    waits: tuple[list, list] = ([], [])
+    for gaps in _windows(tl, steps, busy):
+        g0, g1, cause, step_of = gaps.start, gaps.end, gaps.cause, gaps.step
+        length = (g1 - g0).astype(np.float64)
+        # A step's gaps all lie in one window, so its sums are the ones a single pass gives (added to 0.0).
+        table += np.bincount(step_of * width + cause + 1, weights=length, minlength=n * width).reshape(n, width)
+        for i, c in enumerate(CAUSES):
+            of = cause == i
+            spans[c][0].append(g0[of])
+            spans[c][1].append(g1[of])
+        waiting = cause == DEVICE_WAIT
+        waits[0].append(g0[waiting])
+        waits[1].append(g1[waiting])
+        sync = cause == CAUSES.index("sync")
+        after = np.clip(g1[sync] - np.maximum(gaps.returned[sync], g0[sync]), 0, None).astype(np.float64)
+        sync_host += np.bincount(step_of[sync], weights=after, minlength=n)
+    if not waits[0]:
         zero = np.zeros(n)
         return HostGaps({c: zero.copy() for c in CAUSES}, zero, zero.copy(), iv.EMPTY, sync_host=zero.copy())
-    g0, g1, cause, step_of = gaps.start, gaps.end, gaps.cause, gaps.step
-    length = (g1 - g0).astype(np.float64)
-    # One pass: ns per (step, cause), column 0 the device-side waits.
-    width = len(CAUSES) + 1
-    table = np.bincount(step_of * width + cause + 1, weights=length, minlength=n * width).reshape(n, width)
     by_cause = {c: table[:, i + 1] for i, c in enumerate(CAUSES)}
-    waiting = cause == DEVICE_WAIT
     device_wait, idle = table[:, 0], table.sum(axis=1)
-    spans = {c: (g0[of], g1[of]) for i, c in enumerate(CAUSES) for of in [cause == i]}
-    sync = cause == CAUSES.index("sync")
-    after = np.clip(g1[sync] - np.maximum(gaps.returned[sync], g0[sync]), 0, None).astype(np.float64)
-    sync_host = np.bincount(step_of[sync], weights=after, minlength=n)
-    return HostGaps(by_cause, device_wait, idle, (g0[waiting], g1[waiting]), spans, sync_host)
+    return HostGaps(by_cause, device_wait, idle, _joined(waits), {c: _joined(spans.pop(c)) for c in CAUSES},
+                    sync_host)
 
 
 def gap_causes(tl: Timeline, steps: Steps, busy: iv.Intervals) -> GapCauses:
     """Every idle interval of ``busy`` inside the steps, with its cause (module docstring)."""
-    n = len(steps)
-    none = np.zeros(0, dtype=np.int64)
-    if not n:
+    parts = list(_windows(tl, steps, busy))
+    if not parts:
+        none = np.zeros(0, dtype=np.int64)
         return GapCauses(none, none, none.astype(np.int8), none, none)
+    if len(parts) == 1:
+        return parts[0]
+    return GapCauses(*(np.concatenate([getattr(p, f) for p in parts])
+                       for f in ("start", "end", "cause", "step", "returned")))
+
+
+def _joined(parts: tuple[list, list]) -> iv.Intervals:
+    """The windows' starts and ends, each joined in order (the lists are emptied as they are joined: the
+    pieces are let go as the whole is made, not held beside all of it)."""
+    out = []
+    for pieces in parts:
+        out.append(pieces[0] if len(pieces) == 1 else np.concatenate(pieces))
+        pieces.clear()
+    return out[0], out[1]
+
+
+def window_bounds(steps: Steps, busy: iv.Intervals, size: int) -> np.ndarray:
+    """Step indices where the windows begin and end (``[0, ..., len(steps)]``): consecutive steps with about
+    ``size`` busy intervals between them, a larger step alone. Steps out of order make one window."""
+    n = len(steps)
+    if n < 2 or not np.all(steps.starts[1:] >= steps.starts[:-1]):
+        return np.array([0, n])
+    before = np.searchsorted(busy[0], steps.starts, side="left")  # busy intervals starting before each step
+    cut = np.flatnonzero(np.diff(before // max(size, 1))) + 1
+    return np.concatenate(([0], cut, [n]))
+
+
+def _windows(tl: Timeline, steps: Steps, busy: iv.Intervals):
+    """:class:`GapCauses` of each window of whole steps (:func:`window_bounds`) that has gaps, in time order.
+    The per-timeline lookups (ranges, blocking calls, pauses) are made once, at the first window with gaps."""
+    n = len(steps)
+    if not n:
+        return
     # Steps stay separate intervals (not merged when they touch), so a gap spanning a step boundary is
     # split and each step is charged its own part.
     step_ends = np.minimum(steps.ends, np.append(steps.starts[1:], steps.ends[-1]))
-    g0, g1 = iv.intersect(iv.complement(busy, int(steps.starts.min()), int(steps.ends.max())),
-                          (steps.starts, step_ends))
-    if not g0.size:
-        return GapCauses(none, none, none.astype(np.int8), none, none)
-    step_of = np.clip(step_at(steps.starts, g0), 0, n - 1)
+    bounds = window_bounds(steps, busy, WINDOW_OPS)
+    look: _Lookups | None = None
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        starts, ends = steps.starts[a:b], step_ends[a:b]
+        lo, hi = int(starts.min()), int(ends.max())
+        first = np.searchsorted(busy[1], lo, side="right")  # the busy intervals reaching into [lo, hi)
+        last = np.searchsorted(busy[0], hi, side="left")
+        g0, g1 = iv.intersect(iv.complement((busy[0][first:last], busy[1][first:last]), lo, hi), (starts, ends))
+        if not g0.size:
+            continue
+        look = look or _Lookups(tl)
+        yield _causes(tl, steps, g0, g1, look)
 
+
+class _Lookups:
+    """The timeline's tables a gap's cause is looked up in (the same for every window)."""
+
+    def __init__(self, tl: Timeline) -> None:
+        self.ranges = {c: _ranges_where(tl, c) for c in RANGE_CAUSES}
+        self.blocking = _blocking_calls(tl.api)
+        self.pauses = host_pauses(tl)
+        self.present = [c for c in RANGE_CAUSES if len(self.ranges[c])]
+        self.spans = [_spans(self.ranges[c]) for c in self.present]
+        self.main: int | None = None
+
+    def main_thread(self, tl: Timeline) -> int:
+        if self.main is None:
+            self.main = main_thread(tl)
+        return self.main
+
+
+def _causes(tl: Timeline, steps: Steps, g0: np.ndarray, g1: np.ndarray, look: _Lookups) -> GapCauses:
+    """The causes of the gaps ``[g0, g1)`` (sorted, each inside one step)."""
+    step_of = np.clip(step_at(steps.starts, g0), 0, len(steps) - 1)
     has_next, next_corr = _next_ops(tl, g1)  # the op that ends the gap (first start >= gap end)
     next_launch, _, next_tid = calls_of(next_corr, tl.api)
     if not has_next.all():
         # No later op: the CPU never launched again within the trace; look at the main launching thread.
-        next_tid = np.where(has_next, next_tid, main_thread(tl))
+        next_tid = np.where(has_next, next_tid, look.main_thread(tl))
     unknown = has_next & (next_launch < 0)
     host_caused = ~unknown & (~has_next | (next_launch >= g0))
     # The host window: from the device going idle to the next launch call (the whole gap without one).
     w1 = np.where(has_next & (next_launch >= g0), np.minimum(next_launch, g1), g1)
     window = (w1 - g0).astype(np.float64)
 
-    ranges = {c: _ranges_where(tl, c) for c in RANGE_CAUSES}
-    blocking = _blocking_calls(tl.api)
+    ranges, blocking = look.ranges, look.blocking
     # 2. at the instant the device went idle; the later assignments win (sync over gc over data over optimizer)
     cause = np.full(g0.size, CAUSES.index("launch_bound"), dtype=np.int8)
     for c in ("optimizer", "data", "gc"):
         cause[_inside(g0, next_tid, ranges[c])] = CAUSES.index(c)
     cause[_inside(g0, next_tid, blocking)] = CAUSES.index("sync")
     # 3. a pause of the whole process over most of the window
-    paused = _covered(g0, w1, host_pauses(tl)) * 2 > window
+    paused = _covered(g0, w1, look.pauses) * 2 > window
     cause[paused & (cause == CAUSES.index("launch_bound"))] = CAUSES.index("outside_ops")
     # 1. a recorded range over most of the window wins over both
     # (a cause without ranges covers nothing, so it can be the most of no window: only the others are weighed)
-    if present := [c for c in RANGE_CAUSES if len(ranges[c])]:
-        cover = np.stack([_covered(g0, w1, _spans(ranges[c])) for c in present])
+    if present := look.present:
+        cover = np.stack([_covered(g0, w1, spans) for spans in look.spans])
         best = np.argmax(cover, axis=0)
         most = cover[best, np.arange(g0.size)] * 2 > window
         cause[most] = np.array([CAUSES.index(c) for c in present], dtype=np.int8)[best[most]]

@@ -1,0 +1,84 @@
+"""Host gaps attributed a window of whole steps at a time equal the whole trace's in one pass, bit for bit:
+a gap at a window's edge, a step's sums and the order of the intervals do not depend on where windows end."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from perfdoctor.classify.timeline import copy_classes, kernel_classes
+from perfdoctor.load.run import load_trace
+from perfdoctor.measure import host
+from perfdoctor.measure.activity import activity
+from perfdoctor.measure.breakdown import activity_window
+from perfdoctor.measure.steps import find_steps
+from tests.paths import REAL_H100, SAMPLES
+
+TRACES = ["gc_pause", "data_stall", "host_bound", "gc_jitter", "pp_1f1b"]
+
+
+def _path(name: str):
+    return REAL_H100 if name == "real_h100" else next((SAMPLES / name).glob("*.sqlite"))
+
+
+def _same(a, b) -> None:
+    if isinstance(a, dict):
+        assert list(a) == list(b)
+        for key in a:
+            _same(a[key], b[key])
+    elif isinstance(a, tuple):
+        assert len(a) == len(b)
+        for x, y in zip(a, b):
+            _same(x, y)
+    else:
+        assert a.dtype == b.dtype and np.array_equal(a, b)
+
+
+@pytest.mark.parametrize("name", [*TRACES, "real_h100"])
+def test_windows_give_the_whole_pass(name, monkeypatch):
+    _, timelines = load_trace(_path(name))
+    causes = set()
+    windowed = 0
+    for tl in timelines:
+        kcls = kernel_classes(tl.kernels)
+        if (window := activity_window(tl)) is None:
+            continue
+        steps = find_steps(tl, window, kcls)
+        if len(steps) < 2:  # one step (the real export): cut its window in eight to have windows to compare
+            edges = np.linspace(window[0], window[1], 9).astype(np.int64)
+            steps = host.Steps(edges[:-1], edges[1:], "periodic")
+        busy = activity(tl, kcls, copy_classes(tl.memcpy)).busy
+        monkeypatch.setattr(host, "WINDOW_OPS", 1 << 60)
+        whole, whole_sums = host.gap_causes(tl, steps, busy), host.host_gaps(tl, steps, busy)
+        causes |= set(whole.names)
+        for size in (1, 3, 50):
+            monkeypatch.setattr(host, "WINDOW_OPS", size)
+            windowed += len(host.window_bounds(steps, busy, size)) > 2
+            _same(dataclasses.asdict(host.gap_causes(tl, steps, busy)), dataclasses.asdict(whole))
+            _same(dataclasses.asdict(host.host_gaps(tl, steps, busy)), dataclasses.asdict(whole_sums))
+    assert windowed  # the small sizes did cut the steps into several windows
+    assert len(causes) >= 2
+
+
+def test_the_traces_hold_every_cause(monkeypatch):
+    """The traces above, together, have host gaps of every cause but ``other`` (so every branch is windowed)."""
+    seen = set()
+    for name in TRACES:
+        _, timelines = load_trace(_path(name))
+        for tl in timelines:
+            kcls = kernel_classes(tl.kernels)
+            steps = find_steps(tl, activity_window(tl), kcls)
+            seen |= set(host.gap_causes(tl, steps, activity(tl, kcls, copy_classes(tl.memcpy)).busy).names)
+    assert seen >= {"launch_bound", "sync", "gc", "data", "outside_ops", "device_wait"}, seen
+
+
+def test_window_bounds_cut_between_steps():
+    steps = host.Steps(np.array([0, 10, 20, 30]), np.array([10, 20, 30, 40]), "window")
+    busy = (np.arange(0, 40, 2), np.arange(1, 41, 2))  # 5 busy intervals a step
+    assert host.window_bounds(steps, busy, 10).tolist() == [0, 2, 4]
+    assert host.window_bounds(steps, busy, 1).tolist() == [0, 1, 2, 3, 4]
+    assert host.window_bounds(steps, busy, 100).tolist() == [0, 4]
+    shuffled = host.Steps(np.array([10, 0]), np.array([20, 10]), "window")
+    assert host.window_bounds(shuffled, busy, 1).tolist() == [0, 2]
