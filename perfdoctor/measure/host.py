@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from perfdoctor.classify.projection import calls_of, kernel_launch_calls, launch_calls
+from perfdoctor.heap import give_back_freed
 from perfdoctor.load.labels import labelled, matching
 from perfdoctor.measure import intervals as iv
 from perfdoctor.measure.steps import Steps, step_at
@@ -94,8 +95,9 @@ class HostGaps:
 
 
 # Gaps are attributed a window of whole steps at a time, each window about this many device-busy intervals
-# (so about as many gaps): the per-gap temporaries (a dozen arrays) are a window's, not the trace's.
-WINDOW_OPS = 1 << 20
+# (so about as many gaps): the per-gap temporaries (a dozen arrays) are a window's, not the trace's, and at
+# 2 MB each the heap serves them again window after window (heap.py) instead of mapping fresh pages.
+WINDOW_OPS = 1 << 18
 
 
 def host_gaps(tl: Timeline, steps: Steps, busy: iv.Intervals) -> HostGaps:
@@ -126,8 +128,11 @@ def host_gaps(tl: Timeline, steps: Steps, busy: iv.Intervals) -> HostGaps:
         return HostGaps({c: zero.copy() for c in CAUSES}, zero, zero.copy(), iv.EMPTY, sync_host=zero.copy())
     by_cause = {c: table[:, i + 1] for i, c in enumerate(CAUSES)}
     device_wait, idle = table[:, 0], table.sum(axis=1)
-    return HostGaps(by_cause, device_wait, idle, _joined(waits), {c: _joined(spans.pop(c)) for c in CAUSES},
-                    sync_host)
+    joined = {c: _joined(spans.pop(c)) for c in CAUSES}
+    waited = _joined(waits)
+    # The windows' pieces were heap memory that the joined (large, mapped) arrays do not reuse.
+    give_back_freed(sum(s.nbytes + e.nbytes for s, e in [waited, *joined.values()]))
+    return HostGaps(by_cause, device_wait, idle, waited, joined, sync_host)
 
 
 def gap_causes(tl: Timeline, steps: Steps, busy: iv.Intervals) -> GapCauses:
