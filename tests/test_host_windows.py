@@ -82,3 +82,35 @@ def test_window_bounds_cut_between_steps():
     assert host.window_bounds(steps, busy, 100).tolist() == [0, 4]
     shuffled = host.Steps(np.array([10, 0]), np.array([20, 10]), "window")
     assert host.window_bounds(shuffled, busy, 1).tolist() == [0, 2]
+
+
+def _pauses_of_union(start, end):
+    """host_pauses as one union of every call (what the slices must give)."""
+    s, e = host.iv.union(start, end)
+    if s.size < 2:
+        return host.iv.EMPTY
+    length = s[1:] - e[:-1]
+    long = length > host.PAUSE_FACTOR * float(np.median(length))
+    return e[:-1][long], s[1:][long]
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("size", [1, 2, 7, 1 << 18])
+def test_pauses_by_slices_are_the_union_s(seed, size, monkeypatch):
+    """Calls that overlap, touch, nest and are empty, cut into slices anywhere: the same pauses."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(0, 60))
+    start = np.sort(rng.integers(0, 400, n))
+    end = start + rng.choice([0, 1, 3, 40, 200], n) * (rng.random(n) < 0.9)
+    monkeypatch.setattr(host, "WINDOW_OPS", size)
+    _same(host._sorted_pauses(start, end), _pauses_of_union(start, end))
+
+
+@pytest.mark.parametrize("name", [*TRACES, "real_h100"])
+def test_pauses_by_slices_on_traces(name, monkeypatch):
+    monkeypatch.setattr(host, "WINDOW_OPS", 5)
+    _, timelines = load_trace(_path(name))
+    for tl in timelines:
+        start, end = tl.api.col("start"), tl.api.col("end")
+        if np.all(start[1:] >= start[:-1]):
+            _same(host._sorted_pauses(start, end), _pauses_of_union(start, end))

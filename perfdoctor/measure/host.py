@@ -270,6 +270,8 @@ def host_pauses(tl: Timeline) -> iv.Intervals:
         ops = nvtx.col("category") == OP_CATEGORY
         starts.append(nvtx.col("start")[ops])
         ends.append(nvtx.col("end")[ops])
+    if len(starts) == 1 and np.all(starts[0][1:] >= starts[0][:-1]):  # the calls come sorted (nsys)
+        return _sorted_pauses(starts[0], ends[0])
     s, e = iv.union(*((starts[0], ends[0]) if len(starts) == 1 else (np.concatenate(starts), np.concatenate(ends))))
     if s.size < 2:
         return iv.EMPTY
@@ -277,6 +279,50 @@ def host_pauses(tl: Timeline) -> iv.Intervals:
     length = gap_e - gap_s
     long = length > PAUSE_FACTOR * float(np.median(length))
     return gap_s[long], gap_e[long]
+
+
+def _sorted_pauses(start: np.ndarray, end: np.ndarray) -> iv.Intervals:
+    """:func:`host_pauses` of calls sorted by start, without their union: the stretches between them are
+    found a slice at a time (twice: for the median, then for the long ones), so only their lengths are
+    held whole (at 10M calls 80 MB, instead of the union's and the stretches' 300 MB)."""
+    length = np.empty(max(start.size - 1, 0), dtype=np.int64)
+    n = 0
+    for gap_s, gap_e in _stretches(start, end):
+        np.subtract(gap_e, gap_s, out=length[n:n + gap_s.size])
+        n += gap_s.size
+    if not n:
+        return iv.EMPTY
+    limit = PAUSE_FACTOR * float(np.median(length[:n], overwrite_input=True))
+    del length
+    out = [(gap_s[long], gap_e[long]) for gap_s, gap_e in _stretches(start, end) for long in [gap_e - gap_s > limit]]
+    return np.concatenate([s for s, _ in out]), np.concatenate([e for _, e in out])
+
+
+def _stretches(start: np.ndarray, end: np.ndarray):
+    """The gaps of the union of the intervals ``[start, end)`` (sorted by start), slice by slice: as
+    :func:`iv.union` merges them (empty ones dropped, touching ones merged), the gap before each interval
+    that begins past everything before it, from how far those reach."""
+    reach = None
+    for lo in range(0, start.size, WINDOW_OPS):
+        s = np.asarray(start[lo:lo + WINDOW_OPS], dtype=np.int64)
+        e = np.asarray(end[lo:lo + WINDOW_OPS], dtype=np.int64)
+        keep = e > s
+        if not keep.all():
+            s, e = s[keep], e[keep]
+        if not s.size:
+            continue
+        before = np.empty_like(e)  # how far the intervals before each one reach
+        before[0] = e[0]
+        np.maximum.accumulate(e[:-1], out=before[1:])
+        if reach is None:
+            new = s[1:] > before[1:]
+            yield before[1:][new], s[1:][new]
+        else:
+            before[0] = reach
+            np.maximum(before, reach, out=before)
+            new = s > before
+            yield before[new], s[new]
+        reach = max(int(before[-1]), int(e[-1]))
 
 
 def _next_ops(tl: Timeline, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
