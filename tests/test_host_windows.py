@@ -14,7 +14,7 @@ from perfdoctor.measure import host
 from perfdoctor.measure.activity import activity
 from perfdoctor.measure.breakdown import activity_window
 from perfdoctor.measure.steps import find_steps
-from tests.paths import REAL_H100, SAMPLES
+from tests.paths import REAL_H100, REPO, SAMPLES
 
 TRACES = ["gc_pause", "data_stall", "host_bound", "gc_jitter", "pp_1f1b"]
 
@@ -114,3 +114,19 @@ def test_pauses_by_slices_on_traces(name, monkeypatch):
         start, end = tl.api.col("start"), tl.api.col("end")
         if np.all(start[1:] >= start[:-1]):
             _same(host._sorted_pauses(start, end), _pauses_of_union(start, end))
+
+
+@pytest.mark.parametrize("name", [*TRACES, "real_h100", "cudagraph"])
+def test_launch_stats_by_slices(name, monkeypatch):
+    """The launch statistics compare kernels and intervals a slice at a time: any slice size, the same
+    numbers (a CUDA-graph capture, many kernels to a call, included)."""
+    path = REPO / "tests/data/h100/gpt_cudagraph.json.gz" if name == "cudagraph" else _path(name)
+    _, timelines = load_trace(path)
+    for tl in timelines:
+        if not len(tl.kernels):
+            continue
+        monkeypatch.setattr(host, "WINDOW_OPS", 1 << 60)
+        whole = host.launch_stats(tl)
+        for size in (1, 2, 7):
+            monkeypatch.setattr(host, "WINDOW_OPS", size)
+            assert host.launch_stats(tl) == whole

@@ -430,25 +430,35 @@ def launch_stats(tl: Timeline) -> LaunchStats:
         start, end, tid, k_start, k_end = start[order], end[order], tid[order], k_start[order], k_end[order]
     # One launch call can start many kernels (a CUDA graph traced kernel by kernel): statistics are per
     # call, its GPU work from its first kernel's start to its last kernel's end.
-    first = np.flatnonzero(np.concatenate(([True], (start[1:] != start[:-1]) | (tid[1:] != tid[:-1]))))
-    if first.size == start.size:  # one kernel per call (eager launches): no spans to merge
-        duration = k_end - k_start
-    else:
+    distinct = start[1:] != start[:-1]
+    distinct |= tid[1:] != tid[:-1]
+    duration = None  # one kernel per call (eager launches): no spans to merge, k_end - k_start
+    if not distinct.all():
+        first = np.flatnonzero(np.concatenate(([True], distinct)))
         duration = np.maximum.reduceat(k_end, first) - np.minimum.reduceat(k_start, first)
         start, end, tid = start[first], end[first], tid[first]
-    del first, k_start, k_end
-    # The temporaries below are this function's own, so the medians may reorder them in place instead of
-    # copying each (one array per kernel less alive at a time: this is the analysis' peak at 10M kernels).
-    interval = np.diff(start)
+        del first
+    del distinct
+    # Each array per call below is made when its median is taken and let go after (the medians reorder
+    # their own arrays in place): one of them alive at a time, not four (at 10M kernels, 80 MB each).
+    n = start.size
+    shorter = np.empty(n - 1, dtype=bool)  # kernels shorter than the interval to the next launch
+    for lo in range(0, n - 1, WINDOW_OPS):
+        hi = min(lo + WINDOW_OPS, n - 1)
+        took = duration[lo:hi] if duration is not None else k_end[lo:hi] - k_start[lo:hi]
+        np.less(took, start[lo + 1:hi + 1] - start[lo:hi], out=shorter[lo:hi])
+    kernel_us = float(np.median(k_end - k_start if duration is None else duration, overwrite_input=True)) / 1e3
+    del duration, k_start, k_end
     same_thread = tid[1:] == tid[:-1]
-    shorter = duration[:-1] < interval
     if not same_thread.all():
-        interval, shorter = interval[same_thread], shorter[same_thread]
-    del same_thread
-    kernel_us = float(np.median(duration, overwrite_input=True)) / 1e3
-    del duration
-    if not interval.size:
+        shorter = shorter[same_thread]
+    if not shorter.size:
         return LaunchStats(kernel_us, None, None, None)
+    interval = np.diff(start)
+    if not same_thread.all():
+        interval = interval[same_thread]
+    del same_thread
+    interval_us = float(np.median(interval, overwrite_input=True)) / 1e3
+    del interval
     call_us = float(np.median(end - start, overwrite_input=True)) / 1e3
-    return LaunchStats(kernel_us, call_us, float(np.median(interval, overwrite_input=True)) / 1e3,
-                       float(shorter.mean()))
+    return LaunchStats(kernel_us, call_us, interval_us, float(shorter.mean()))
