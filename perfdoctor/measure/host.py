@@ -432,15 +432,19 @@ def launch_stats(tl: Timeline) -> LaunchStats:
     # call, its GPU work from its first kernel's start to its last kernel's end.
     distinct = start[1:] != start[:-1]
     distinct |= tid[1:] != tid[:-1]
-    duration = None  # one kernel per call (eager launches): no spans to merge, k_end - k_start
+    # Each array per call below is made when it is needed and let go after (the medians reorder their own
+    # arrays in place): at 10M kernels, 80 MB each, three alive at most instead of seven.
+    first = duration = None  # one kernel per call (eager launches): no spans to merge, k_end - k_start
     if not distinct.all():
         first = np.flatnonzero(np.concatenate(([True], distinct)))
-        duration = np.maximum.reduceat(k_end, first) - np.minimum.reduceat(k_start, first)
-        start, end, tid = start[first], end[first], tid[first]
-        del first
+        duration = np.maximum.reduceat(k_end, first)
+        duration -= np.minimum.reduceat(k_start, first)
+        tid = tid[first]
     del distinct
-    # Each array per call below is made when its median is taken and let go after (the medians reorder
-    # their own arrays in place): one of them alive at a time, not four (at 10M kernels, 80 MB each).
+    same_thread = tid[1:] == tid[:-1]
+    del tid
+    if first is not None:
+        start = start[first]
     n = start.size
     shorter = np.empty(n - 1, dtype=bool)  # kernels shorter than the interval to the next launch
     for lo in range(0, n - 1, WINDOW_OPS):
@@ -449,7 +453,6 @@ def launch_stats(tl: Timeline) -> LaunchStats:
         np.less(took, start[lo + 1:hi + 1] - start[lo:hi], out=shorter[lo:hi])
     kernel_us = float(np.median(k_end - k_start if duration is None else duration, overwrite_input=True)) / 1e3
     del duration, k_start, k_end
-    same_thread = tid[1:] == tid[:-1]
     if not same_thread.all():
         shorter = shorter[same_thread]
     if not shorter.size:
@@ -460,5 +463,9 @@ def launch_stats(tl: Timeline) -> LaunchStats:
     del same_thread
     interval_us = float(np.median(interval, overwrite_input=True)) / 1e3
     del interval
-    call_us = float(np.median(end - start, overwrite_input=True)) / 1e3
+    took = end - start if first is None else end[first]
+    if first is not None:
+        del first
+        took -= start
+    call_us = float(np.median(took, overwrite_input=True)) / 1e3
     return LaunchStats(kernel_us, call_us, interval_us, float(shorter.mean()))
