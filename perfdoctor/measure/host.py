@@ -196,8 +196,10 @@ class _Lookups:
 
     def __init__(self, tl: Timeline) -> None:
         self.ranges = {c: _ranges_where(tl, c) for c in RANGE_CAUSES}
-        self.blocking = _blocking_calls(tl.api)
+        self.threads = {c: _by_thread(self.ranges[c]) for c in RANGE_CAUSES}
+        self.blocking = _by_thread(_blocking_calls(tl.api))
         self.pauses = host_pauses(tl)
+        self.ops = _op_starts(tl)
         self.present = [c for c in RANGE_CAUSES if len(self.ranges[c])]
         self.spans = [_spans(self.ranges[c]) for c in self.present]
         self.main: int | None = None
@@ -211,7 +213,7 @@ class _Lookups:
 def _causes(tl: Timeline, steps: Steps, g0: np.ndarray, g1: np.ndarray, look: _Lookups) -> GapCauses:
     """The causes of the gaps ``[g0, g1)`` (sorted, each inside one step)."""
     step_of = np.clip(step_at(steps.starts, g0), 0, len(steps) - 1)
-    has_next, next_corr = _next_ops(tl, g1)  # the op that ends the gap (first start >= gap end)
+    has_next, next_corr = _next_ops(look.ops, g1)  # the op that ends the gap (first start >= gap end)
     next_launch, _, next_tid = calls_of(next_corr, tl.api)
     if not has_next.all():
         # No later op: the CPU never launched again within the trace; look at the main launching thread.
@@ -222,11 +224,11 @@ def _causes(tl: Timeline, steps: Steps, g0: np.ndarray, g1: np.ndarray, look: _L
     w1 = np.where(has_next & (next_launch >= g0), np.minimum(next_launch, g1), g1)
     window = (w1 - g0).astype(np.float64)
 
-    ranges, blocking = look.ranges, look.blocking
+    blocking = look.blocking
     # 2. at the instant the device went idle; the later assignments win (sync over gc over data over optimizer)
     cause = np.full(g0.size, CAUSES.index("launch_bound"), dtype=np.int8)
     for c in ("optimizer", "data", "gc"):
-        cause[_inside(g0, next_tid, ranges[c])] = CAUSES.index(c)
+        cause[_inside(g0, next_tid, look.threads[c])] = CAUSES.index(c)
     cause[_inside(g0, next_tid, blocking)] = CAUSES.index("sync")
     # 3. a pause of the whole process over most of the window
     paused = _covered(g0, w1, look.pauses) * 2 > window
@@ -325,12 +327,10 @@ def _stretches(start: np.ndarray, end: np.ndarray):
         reach = max(int(before[-1]), int(e[-1]))
 
 
-def _next_ops(tl: Timeline, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """For each instant ``t[i]``: whether a device op (kernel, copy, fill) starts at or after it, and the
-    correlation id of the first one (a kernel wins a tie). One search per table and gap, instead of
-    merging and sorting every op of the timeline."""
-    first = np.full(t.size, np.iinfo(np.int64).max, dtype=np.int64)
-    corr = np.full(t.size, -1, dtype=np.int64)
+def _op_starts(tl: Timeline) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Each device-op table's (start, correlation id), sorted by start, kernels first (a kernel wins a tie
+    in :func:`_next_ops`): sorted once, searched by every window."""
+    out = []
     for table in (tl.kernels, tl.memcpy, tl.memset):
         if not len(table):
             continue
@@ -338,6 +338,17 @@ def _next_ops(tl: Timeline, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         if not np.all(start[1:] >= start[:-1]):  # kernels come sorted; copies and fills may not
             order = np.argsort(start, kind="stable")
             start, ids = start[order], ids[order]
+        out.append((start, ids))
+    return out
+
+
+def _next_ops(ops: list[tuple[np.ndarray, np.ndarray]], t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For each instant ``t[i]``: whether a device op (kernel, copy, fill) starts at or after it, and the
+    correlation id of the first one (a kernel wins a tie). One search per table and gap, instead of
+    merging and sorting every op of the timeline."""
+    first = np.full(t.size, np.iinfo(np.int64).max, dtype=np.int64)
+    corr = np.full(t.size, -1, dtype=np.int64)
+    for start, ids in ops:
         i = np.minimum(np.searchsorted(start, t, side="left"), start.size - 1)
         earlier = (start[i] >= t) & (start[i] < first)
         first[earlier], corr[earlier] = start[i][earlier], ids[i][earlier]
@@ -370,30 +381,37 @@ def _ranges_where(tl: Timeline, cause: str) -> Table:
     return rows.take(rows.col("end") >= 0)
 
 
-def _covering_end(t: np.ndarray, tid: np.ndarray, spans: Table) -> np.ndarray:
-    """For instants known to lie inside one of ``spans`` on their thread: when that (merged) span ends."""
-    out = t.copy()
-    s_tid = spans.col("tid") if len(spans) else np.zeros(0)
-    for thread in np.unique(tid):
+def _by_thread(spans: Table) -> dict[int, iv.Intervals]:
+    """The union of ``spans`` on each thread that has any (made once, looked up by every window)."""
+    if not len(spans):
+        return {}
+    s_tid = spans.col("tid")
+    out = {}
+    for thread in np.unique(s_tid):
         sel = s_tid == thread
-        mine = np.flatnonzero(tid == thread)
-        if not sel.any():
+        out[int(thread)] = iv.union(spans.col("start")[sel], spans.col("end")[sel])
+    return out
+
+
+def _covering_end(t: np.ndarray, tid: np.ndarray, covers: dict[int, iv.Intervals]) -> np.ndarray:
+    """For instants known to lie inside one of the spans ``covers`` holds for their thread: when that
+    (merged) span ends."""
+    out = t.copy()
+    for thread in np.unique(tid):
+        if (cover := covers.get(int(thread))) is None:
             continue
-        cover = iv.union(spans.col("start")[sel], spans.col("end")[sel])
+        mine = np.flatnonzero(tid == thread)
         k = np.clip(np.searchsorted(cover[0], t[mine], side="right") - 1, 0, None)
         out[mine] = cover[1][k]
     return out
 
 
-def _inside(t: np.ndarray, tid: np.ndarray, spans: Table) -> np.ndarray:
-    """Whether instant ``t[i]`` lies inside one of ``spans`` (start <= t < end) on thread ``tid[i]``."""
+def _inside(t: np.ndarray, tid: np.ndarray, covers: dict[int, iv.Intervals]) -> np.ndarray:
+    """Whether instant ``t[i]`` lies inside one of the spans (start <= t < end) on thread ``tid[i]``."""
     result = np.zeros(t.size, dtype=bool)
-    if not len(spans) or not t.size:
+    if not t.size:
         return result
-    s_tid = spans.col("tid")
-    for thread in np.unique(s_tid):
-        sel = s_tid == thread
-        cover = iv.union(spans.col("start")[sel], spans.col("end")[sel])
+    for thread, cover in covers.items():
         mine = np.flatnonzero(tid == thread)
         if not mine.size or not cover[0].size:  # zero-length spans (a GC of 0 ms) cover no instant
             continue
