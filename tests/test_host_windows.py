@@ -130,3 +130,27 @@ def test_launch_stats_by_slices(name, monkeypatch):
         for size in (1, 2, 7):
             monkeypatch.setattr(host, "WINDOW_OPS", size)
             assert host.launch_stats(tl) == whole
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("name", ["host_bound", "real_h100"])
+def test_windows_at_any_step_edges(name, seed, monkeypatch):
+    """Steps cut anywhere (inside kernels and gaps, some empty, some ending past the next one's start)."""
+    rng = np.random.default_rng(seed)
+    _, timelines = load_trace(_path(name))
+    for tl in timelines:
+        kcls = kernel_classes(tl.kernels)
+        lo, hi = activity_window(tl)
+        starts = np.sort(rng.integers(lo, hi, 12))
+        starts[3] = starts[4]  # an empty step
+        ends = np.minimum(starts + rng.integers(0, (hi - lo) // 4, 12), hi)
+        steps = host.Steps(starts, ends, "periodic")
+        busy = activity(tl, kcls, copy_classes(tl.memcpy)).busy
+        monkeypatch.setattr(host, "WINDOW_OPS", 1 << 60)
+        whole, whole_sums = host.gap_causes(tl, steps, busy), host.host_gaps(tl, steps, busy)
+        assert whole.start.size
+        for size in (1, 4):
+            monkeypatch.setattr(host, "WINDOW_OPS", size)
+            assert len(host.window_bounds(steps, busy, size)) > 3
+            _same(dataclasses.asdict(host.gap_causes(tl, steps, busy)), dataclasses.asdict(whole))
+            _same(dataclasses.asdict(host.host_gaps(tl, steps, busy)), dataclasses.asdict(whole_sums))
