@@ -19,12 +19,15 @@ and the next launch call (the gap's *host window*):
 
 Gaps whose next op has no launch call in the trace cannot be attributed and count as ``other``.
 :func:`gap_causes` gives every gap with its cause (the critical path blames host time with it);
-:func:`host_gaps` sums them per step.
+:func:`host_gaps` sums them per step. Both work a window of whole steps at a time (``WINDOW_OPS``), so the
+per-gap arrays are a window's while the timeline-wide lookups (next op, launch calls, ranges, pauses) are
+made once; a step's gaps never cross a window, so the results are the one pass's, bit for bit.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -168,7 +171,7 @@ def window_bounds(steps: Steps, busy: iv.Intervals, size: int) -> np.ndarray:
     return np.concatenate(([0], cut, [n]))
 
 
-def _windows(tl: Timeline, steps: Steps, busy: iv.Intervals):
+def _windows(tl: Timeline, steps: Steps, busy: iv.Intervals) -> Iterator[GapCauses]:
     """:class:`GapCauses` of each window of whole steps (:func:`window_bounds`) that has gaps, in time order.
     The per-timeline lookups (ranges, blocking calls, pauses) are made once, at the first window with gaps."""
     n = len(steps)
@@ -205,6 +208,7 @@ class _Lookups:
         self.main: int | None = None
 
     def main_thread(self, tl: Timeline) -> int:
+        """:func:`main_thread`, found once (only gaps with no later op ask)."""
         if self.main is None:
             self.main = main_thread(tl)
         return self.main
