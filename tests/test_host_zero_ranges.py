@@ -9,7 +9,7 @@ import numpy as np
 import yaml
 
 from perfdoctor import api
-from perfdoctor.measure.host import _inside
+from perfdoctor.measure.host import _by_thread, _inside
 from perfdoctor.synth import run_scenario
 from perfdoctor.table import Table
 from tests.paths import REPO
@@ -19,11 +19,11 @@ def test_zero_length_spans_cover_nothing():
     spans = Table({"start": np.array([100, 300], dtype=np.int64), "end": np.array([100, 300], dtype=np.int64),
                    "tid": np.array([7, 7], dtype=np.int64)})
     t = np.array([100, 200, 300], dtype=np.int64)
-    assert not _inside(t, np.full(3, 7, dtype=np.int64), spans).any()
+    assert not _inside(t, np.full(3, 7, dtype=np.int64), _by_thread(spans)).any()
     # a real span beside them on another thread still counts
     spans = Table({"start": np.array([100, 150], dtype=np.int64), "end": np.array([100, 250], dtype=np.int64),
                    "tid": np.array([7, 8], dtype=np.int64)})
-    assert _inside(t, np.array([7, 8, 8], dtype=np.int64), spans).tolist() == [False, True, False]
+    assert _inside(t, np.array([7, 8, 8], dtype=np.int64), _by_thread(spans)).tolist() == [False, True, False]
 
 
 def test_scenario_with_zero_ms_gc_analyses(tmp_path: Path):

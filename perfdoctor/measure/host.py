@@ -19,17 +19,21 @@ and the next launch call (the gap's *host window*):
 
 Gaps whose next op has no launch call in the trace cannot be attributed and count as ``other``.
 :func:`gap_causes` gives every gap with its cause (the critical path blames host time with it);
-:func:`host_gaps` sums them per step.
+:func:`host_gaps` sums them per step. Both work a window of whole steps at a time (``WINDOW_OPS``), so the
+per-gap arrays are a window's while the timeline-wide lookups (next op, launch calls, ranges, pauses) are
+made once; a step's gaps never cross a window, so the results are the one pass's, bit for bit.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from perfdoctor.classify.projection import calls_of, kernel_launch_calls, launch_calls
+from perfdoctor.heap import give_back_freed
 from perfdoctor.load.labels import labelled, matching
 from perfdoctor.measure import intervals as iv
 from perfdoctor.measure.steps import Steps, step_at
@@ -93,68 +97,150 @@ class HostGaps:
     sync_host: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
 
+# Gaps are attributed a window of whole steps at a time, each window about this many device-busy intervals
+# (so about as many gaps): the per-gap temporaries (a dozen arrays) are a window's, not the trace's, and at
+# 2 MB each the heap serves them again window after window (heap.py) instead of mapping fresh pages.
+WINDOW_OPS = 1 << 18
+
+
 def host_gaps(tl: Timeline, steps: Steps, busy: iv.Intervals) -> HostGaps:
     """Attribute every idle interval of ``busy`` inside the steps, summed per step and cause."""
     n = len(steps)
-    gaps = gap_causes(tl, steps, busy)
-    if not gaps.start.size:
+    width = len(CAUSES) + 1  # column 0 the device-side waits
+    table = np.zeros((n, width))
+    sync_host = np.zeros(n)
+    spans: dict[str, tuple[list, list]] = {c: ([], []) for c in CAUSES}
+    waits: tuple[list, list] = ([], [])
+    for gaps in _windows(tl, steps, busy):
+        g0, g1, cause, step_of = gaps.start, gaps.end, gaps.cause, gaps.step
+        length = (g1 - g0).astype(np.float64)
+        # A step's gaps all lie in one window, so its sums are the ones a single pass gives (added to 0.0).
+        table += np.bincount(step_of * width + cause + 1, weights=length, minlength=n * width).reshape(n, width)
+        for i, c in enumerate(CAUSES):
+            of = cause == i
+            spans[c][0].append(g0[of])
+            spans[c][1].append(g1[of])
+        waiting = cause == DEVICE_WAIT
+        waits[0].append(g0[waiting])
+        waits[1].append(g1[waiting])
+        sync = cause == CAUSES.index("sync")
+        after = np.clip(g1[sync] - np.maximum(gaps.returned[sync], g0[sync]), 0, None).astype(np.float64)
+        sync_host += np.bincount(step_of[sync], weights=after, minlength=n)
+    if not waits[0]:
         zero = np.zeros(n)
         return HostGaps({c: zero.copy() for c in CAUSES}, zero, zero.copy(), iv.EMPTY, sync_host=zero.copy())
-    g0, g1, cause, step_of = gaps.start, gaps.end, gaps.cause, gaps.step
-    length = (g1 - g0).astype(np.float64)
-    # One pass: ns per (step, cause), column 0 the device-side waits.
-    width = len(CAUSES) + 1
-    table = np.bincount(step_of * width + cause + 1, weights=length, minlength=n * width).reshape(n, width)
     by_cause = {c: table[:, i + 1] for i, c in enumerate(CAUSES)}
-    waiting = cause == DEVICE_WAIT
     device_wait, idle = table[:, 0], table.sum(axis=1)
-    spans = {c: (g0[of], g1[of]) for i, c in enumerate(CAUSES) for of in [cause == i]}
-    sync = cause == CAUSES.index("sync")
-    after = np.clip(g1[sync] - np.maximum(gaps.returned[sync], g0[sync]), 0, None).astype(np.float64)
-    sync_host = np.bincount(step_of[sync], weights=after, minlength=n)
-    return HostGaps(by_cause, device_wait, idle, (g0[waiting], g1[waiting]), spans, sync_host)
+    joined = {c: _joined(spans.pop(c)) for c in CAUSES}
+    waited = _joined(waits)
+    # The windows' pieces were heap memory that the joined (large, mapped) arrays do not reuse.
+    give_back_freed(sum(s.nbytes + e.nbytes for s, e in [waited, *joined.values()]))
+    return HostGaps(by_cause, device_wait, idle, waited, joined, sync_host)
 
 
 def gap_causes(tl: Timeline, steps: Steps, busy: iv.Intervals) -> GapCauses:
     """Every idle interval of ``busy`` inside the steps, with its cause (module docstring)."""
-    n = len(steps)
-    none = np.zeros(0, dtype=np.int64)
-    if not n:
+    parts = list(_windows(tl, steps, busy))
+    if not parts:
+        none = np.zeros(0, dtype=np.int64)
         return GapCauses(none, none, none.astype(np.int8), none, none)
+    if len(parts) == 1:
+        return parts[0]
+    return GapCauses(*(np.concatenate([getattr(p, f) for p in parts])
+                       for f in ("start", "end", "cause", "step", "returned")))
+
+
+def _joined(parts: tuple[list, list]) -> iv.Intervals:
+    """The windows' starts and ends, each joined in order (the lists are emptied as they are joined: the
+    pieces are let go as the whole is made, not held beside all of it)."""
+    out = []
+    for pieces in parts:
+        out.append(pieces[0] if len(pieces) == 1 else np.concatenate(pieces))
+        pieces.clear()
+    return out[0], out[1]
+
+
+def window_bounds(steps: Steps, busy: iv.Intervals, size: int) -> np.ndarray:
+    """Step indices where the windows begin and end (``[0, ..., len(steps)]``): consecutive steps with about
+    ``size`` busy intervals between them, a larger step alone. Steps out of order make one window."""
+    n = len(steps)
+    if n < 2 or not np.all(steps.starts[1:] >= steps.starts[:-1]):
+        return np.array([0, n])
+    before = np.searchsorted(busy[0], steps.starts, side="left")  # busy intervals starting before each step
+    cut = np.flatnonzero(np.diff(before // max(size, 1))) + 1
+    return np.concatenate(([0], cut, [n]))
+
+
+def _windows(tl: Timeline, steps: Steps, busy: iv.Intervals) -> Iterator[GapCauses]:
+    """:class:`GapCauses` of each window of whole steps (:func:`window_bounds`) that has gaps, in time order.
+    The per-timeline lookups (ranges, blocking calls, pauses) are made once, at the first window with gaps."""
+    n = len(steps)
+    if not n:
+        return
     # Steps stay separate intervals (not merged when they touch), so a gap spanning a step boundary is
     # split and each step is charged its own part.
     step_ends = np.minimum(steps.ends, np.append(steps.starts[1:], steps.ends[-1]))
-    g0, g1 = iv.intersect(iv.complement(busy, int(steps.starts.min()), int(steps.ends.max())),
-                          (steps.starts, step_ends))
-    if not g0.size:
-        return GapCauses(none, none, none.astype(np.int8), none, none)
-    step_of = np.clip(step_at(steps.starts, g0), 0, n - 1)
+    bounds = window_bounds(steps, busy, WINDOW_OPS)
+    look: _Lookups | None = None
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        starts, ends = steps.starts[a:b], step_ends[a:b]
+        lo, hi = int(starts.min()), int(ends.max())
+        first = np.searchsorted(busy[1], lo, side="right")  # the busy intervals reaching into [lo, hi)
+        last = np.searchsorted(busy[0], hi, side="left")
+        g0, g1 = iv.intersect(iv.complement((busy[0][first:last], busy[1][first:last]), lo, hi), (starts, ends))
+        if not g0.size:
+            continue
+        look = look or _Lookups(tl)
+        yield _causes(tl, steps, g0, g1, look)
 
-    has_next, next_corr = _next_ops(tl, g1)  # the op that ends the gap (first start >= gap end)
+
+class _Lookups:
+    """The timeline's tables a gap's cause is looked up in (the same for every window)."""
+
+    def __init__(self, tl: Timeline) -> None:
+        self.ranges = {c: _ranges_where(tl, c) for c in RANGE_CAUSES}
+        self.threads = {c: _by_thread(self.ranges[c]) for c in RANGE_CAUSES}
+        self.blocking = _by_thread(_blocking_calls(tl.api))
+        self.pauses = host_pauses(tl)
+        self.ops = _op_starts(tl)
+        self.present = [c for c in RANGE_CAUSES if len(self.ranges[c])]
+        self.spans = [_spans(self.ranges[c]) for c in self.present]
+        self.main: int | None = None
+
+    def main_thread(self, tl: Timeline) -> int:
+        """:func:`main_thread`, found once (only gaps with no later op ask)."""
+        if self.main is None:
+            self.main = main_thread(tl)
+        return self.main
+
+
+def _causes(tl: Timeline, steps: Steps, g0: np.ndarray, g1: np.ndarray, look: _Lookups) -> GapCauses:
+    """The causes of the gaps ``[g0, g1)`` (sorted, each inside one step)."""
+    step_of = np.clip(step_at(steps.starts, g0), 0, len(steps) - 1)
+    has_next, next_corr = _next_ops(look.ops, g1)  # the op that ends the gap (first start >= gap end)
     next_launch, _, next_tid = calls_of(next_corr, tl.api)
     if not has_next.all():
         # No later op: the CPU never launched again within the trace; look at the main launching thread.
-        next_tid = np.where(has_next, next_tid, main_thread(tl))
+        next_tid = np.where(has_next, next_tid, look.main_thread(tl))
     unknown = has_next & (next_launch < 0)
     host_caused = ~unknown & (~has_next | (next_launch >= g0))
     # The host window: from the device going idle to the next launch call (the whole gap without one).
     w1 = np.where(has_next & (next_launch >= g0), np.minimum(next_launch, g1), g1)
     window = (w1 - g0).astype(np.float64)
 
-    ranges = {c: _ranges_where(tl, c) for c in RANGE_CAUSES}
-    blocking = _blocking_calls(tl.api)
+    blocking = look.blocking
     # 2. at the instant the device went idle; the later assignments win (sync over gc over data over optimizer)
     cause = np.full(g0.size, CAUSES.index("launch_bound"), dtype=np.int8)
     for c in ("optimizer", "data", "gc"):
-        cause[_inside(g0, next_tid, ranges[c])] = CAUSES.index(c)
+        cause[_inside(g0, next_tid, look.threads[c])] = CAUSES.index(c)
     cause[_inside(g0, next_tid, blocking)] = CAUSES.index("sync")
     # 3. a pause of the whole process over most of the window
-    paused = _covered(g0, w1, host_pauses(tl)) * 2 > window
+    paused = _covered(g0, w1, look.pauses) * 2 > window
     cause[paused & (cause == CAUSES.index("launch_bound"))] = CAUSES.index("outside_ops")
     # 1. a recorded range over most of the window wins over both
     # (a cause without ranges covers nothing, so it can be the most of no window: only the others are weighed)
-    if present := [c for c in RANGE_CAUSES if len(ranges[c])]:
-        cover = np.stack([_covered(g0, w1, _spans(ranges[c])) for c in present])
+    if present := look.present:
+        cover = np.stack([_covered(g0, w1, spans) for spans in look.spans])
         best = np.argmax(cover, axis=0)
         most = cover[best, np.arange(g0.size)] * 2 > window
         cause[most] = np.array([CAUSES.index(c) for c in present], dtype=np.int8)[best[most]]
@@ -190,6 +276,8 @@ def host_pauses(tl: Timeline) -> iv.Intervals:
         ops = nvtx.col("category") == OP_CATEGORY
         starts.append(nvtx.col("start")[ops])
         ends.append(nvtx.col("end")[ops])
+    if len(starts) == 1 and np.all(starts[0][1:] >= starts[0][:-1]):  # the calls come sorted (nsys)
+        return _sorted_pauses(starts[0], ends[0])
     s, e = iv.union(*((starts[0], ends[0]) if len(starts) == 1 else (np.concatenate(starts), np.concatenate(ends))))
     if s.size < 2:
         return iv.EMPTY
@@ -199,12 +287,54 @@ def host_pauses(tl: Timeline) -> iv.Intervals:
     return gap_s[long], gap_e[long]
 
 
-def _next_ops(tl: Timeline, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """For each instant ``t[i]``: whether a device op (kernel, copy, fill) starts at or after it, and the
-    correlation id of the first one (a kernel wins a tie). One search per table and gap, instead of
-    merging and sorting every op of the timeline."""
-    first = np.full(t.size, np.iinfo(np.int64).max, dtype=np.int64)
-    corr = np.full(t.size, -1, dtype=np.int64)
+def _sorted_pauses(start: np.ndarray, end: np.ndarray) -> iv.Intervals:
+    """:func:`host_pauses` of calls sorted by start, without their union: the stretches between them are
+    found a slice at a time (twice: for the median, then for the long ones), so only their lengths are
+    held whole (at 10M calls 80 MB, instead of the union's and the stretches' 300 MB)."""
+    length = np.empty(max(start.size - 1, 0), dtype=np.int64)
+    n = 0
+    for gap_s, gap_e in _stretches(start, end):
+        np.subtract(gap_e, gap_s, out=length[n:n + gap_s.size])
+        n += gap_s.size
+    if not n:
+        return iv.EMPTY
+    limit = PAUSE_FACTOR * float(np.median(length[:n], overwrite_input=True))
+    del length
+    out = [(gap_s[long], gap_e[long]) for gap_s, gap_e in _stretches(start, end) for long in [gap_e - gap_s > limit]]
+    return np.concatenate([s for s, _ in out]), np.concatenate([e for _, e in out])
+
+
+def _stretches(start: np.ndarray, end: np.ndarray):
+    """The gaps of the union of the intervals ``[start, end)`` (sorted by start), slice by slice: as
+    :func:`iv.union` merges them (empty ones dropped, touching ones merged), the gap before each interval
+    that begins past everything before it, from how far those reach."""
+    reach = None
+    for lo in range(0, start.size, WINDOW_OPS):
+        s = np.asarray(start[lo:lo + WINDOW_OPS], dtype=np.int64)
+        e = np.asarray(end[lo:lo + WINDOW_OPS], dtype=np.int64)
+        keep = e > s
+        if not keep.all():
+            s, e = s[keep], e[keep]
+        if not s.size:
+            continue
+        before = np.empty_like(e)  # how far the intervals before each one reach
+        before[0] = e[0]
+        np.maximum.accumulate(e[:-1], out=before[1:])
+        if reach is None:
+            new = s[1:] > before[1:]
+            yield before[1:][new], s[1:][new]
+        else:
+            before[0] = reach
+            np.maximum(before, reach, out=before)
+            new = s > before
+            yield before[new], s[new]
+        reach = max(int(before[-1]), int(e[-1]))
+
+
+def _op_starts(tl: Timeline) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Each device-op table's (start, correlation id), sorted by start, kernels first (a kernel wins a tie
+    in :func:`_next_ops`): sorted once, searched by every window."""
+    out = []
     for table in (tl.kernels, tl.memcpy, tl.memset):
         if not len(table):
             continue
@@ -212,6 +342,17 @@ def _next_ops(tl: Timeline, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         if not np.all(start[1:] >= start[:-1]):  # kernels come sorted; copies and fills may not
             order = np.argsort(start, kind="stable")
             start, ids = start[order], ids[order]
+        out.append((start, ids))
+    return out
+
+
+def _next_ops(ops: list[tuple[np.ndarray, np.ndarray]], t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For each instant ``t[i]``: whether a device op (kernel, copy, fill) starts at or after it, and the
+    correlation id of the first one (a kernel wins a tie). One search per table and gap, instead of
+    merging and sorting every op of the timeline."""
+    first = np.full(t.size, np.iinfo(np.int64).max, dtype=np.int64)
+    corr = np.full(t.size, -1, dtype=np.int64)
+    for start, ids in ops:
         i = np.minimum(np.searchsorted(start, t, side="left"), start.size - 1)
         earlier = (start[i] >= t) & (start[i] < first)
         first[earlier], corr[earlier] = start[i][earlier], ids[i][earlier]
@@ -244,30 +385,37 @@ def _ranges_where(tl: Timeline, cause: str) -> Table:
     return rows.take(rows.col("end") >= 0)
 
 
-def _covering_end(t: np.ndarray, tid: np.ndarray, spans: Table) -> np.ndarray:
-    """For instants known to lie inside one of ``spans`` on their thread: when that (merged) span ends."""
-    out = t.copy()
-    s_tid = spans.col("tid") if len(spans) else np.zeros(0)
-    for thread in np.unique(tid):
+def _by_thread(spans: Table) -> dict[int, iv.Intervals]:
+    """The union of ``spans`` on each thread that has any (made once, looked up by every window)."""
+    if not len(spans):
+        return {}
+    s_tid = spans.col("tid")
+    out = {}
+    for thread in np.unique(s_tid):
         sel = s_tid == thread
-        mine = np.flatnonzero(tid == thread)
-        if not sel.any():
+        out[int(thread)] = iv.union(spans.col("start")[sel], spans.col("end")[sel])
+    return out
+
+
+def _covering_end(t: np.ndarray, tid: np.ndarray, covers: dict[int, iv.Intervals]) -> np.ndarray:
+    """For instants known to lie inside one of the spans ``covers`` holds for their thread: when that
+    (merged) span ends."""
+    out = t.copy()
+    for thread in np.unique(tid):
+        if (cover := covers.get(int(thread))) is None:
             continue
-        cover = iv.union(spans.col("start")[sel], spans.col("end")[sel])
+        mine = np.flatnonzero(tid == thread)
         k = np.clip(np.searchsorted(cover[0], t[mine], side="right") - 1, 0, None)
         out[mine] = cover[1][k]
     return out
 
 
-def _inside(t: np.ndarray, tid: np.ndarray, spans: Table) -> np.ndarray:
-    """Whether instant ``t[i]`` lies inside one of ``spans`` (start <= t < end) on thread ``tid[i]``."""
+def _inside(t: np.ndarray, tid: np.ndarray, covers: dict[int, iv.Intervals]) -> np.ndarray:
+    """Whether instant ``t[i]`` lies inside one of the spans (start <= t < end) on thread ``tid[i]``."""
     result = np.zeros(t.size, dtype=bool)
-    if not len(spans) or not t.size:
+    if not t.size:
         return result
-    s_tid = spans.col("tid")
-    for thread in np.unique(s_tid):
-        sel = s_tid == thread
-        cover = iv.union(spans.col("start")[sel], spans.col("end")[sel])
+    for thread, cover in covers.items():
         mine = np.flatnonzero(tid == thread)
         if not mine.size or not cover[0].size:  # zero-length spans (a GC of 0 ms) cover no instant
             continue
@@ -304,25 +452,42 @@ def launch_stats(tl: Timeline) -> LaunchStats:
         start, end, tid, k_start, k_end = start[order], end[order], tid[order], k_start[order], k_end[order]
     # One launch call can start many kernels (a CUDA graph traced kernel by kernel): statistics are per
     # call, its GPU work from its first kernel's start to its last kernel's end.
-    first = np.flatnonzero(np.concatenate(([True], (start[1:] != start[:-1]) | (tid[1:] != tid[:-1]))))
-    if first.size == start.size:  # one kernel per call (eager launches): no spans to merge
-        duration = k_end - k_start
-    else:
-        duration = np.maximum.reduceat(k_end, first) - np.minimum.reduceat(k_start, first)
-        start, end, tid = start[first], end[first], tid[first]
-    del first, k_start, k_end
-    # The temporaries below are this function's own, so the medians may reorder them in place instead of
-    # copying each (one array per kernel less alive at a time: this is the analysis' peak at 10M kernels).
-    interval = np.diff(start)
+    distinct = start[1:] != start[:-1]
+    distinct |= tid[1:] != tid[:-1]
+    # Each array per call below is made when it is needed and let go after (the medians reorder their own
+    # arrays in place): at 10M kernels, 80 MB each, three alive at most instead of seven.
+    first = duration = None  # one kernel per call (eager launches): no spans to merge, k_end - k_start
+    if not distinct.all():
+        first = np.flatnonzero(np.concatenate(([True], distinct)))
+        duration = np.maximum.reduceat(k_end, first)
+        duration -= np.minimum.reduceat(k_start, first)
+        tid = tid[first]
+    del distinct
     same_thread = tid[1:] == tid[:-1]
-    shorter = duration[:-1] < interval
+    del tid
+    if first is not None:
+        start = start[first]
+    n = start.size
+    shorter = np.empty(n - 1, dtype=bool)  # kernels shorter than the interval to the next launch
+    for lo in range(0, n - 1, WINDOW_OPS):
+        hi = min(lo + WINDOW_OPS, n - 1)
+        took = duration[lo:hi] if duration is not None else k_end[lo:hi] - k_start[lo:hi]
+        np.less(took, start[lo + 1:hi + 1] - start[lo:hi], out=shorter[lo:hi])
+    kernel_us = float(np.median(k_end - k_start if duration is None else duration, overwrite_input=True)) / 1e3
+    del duration, k_start, k_end
     if not same_thread.all():
-        interval, shorter = interval[same_thread], shorter[same_thread]
-    del same_thread
-    kernel_us = float(np.median(duration, overwrite_input=True)) / 1e3
-    del duration
-    if not interval.size:
+        shorter = shorter[same_thread]
+    if not shorter.size:
         return LaunchStats(kernel_us, None, None, None)
-    call_us = float(np.median(end - start, overwrite_input=True)) / 1e3
-    return LaunchStats(kernel_us, call_us, float(np.median(interval, overwrite_input=True)) / 1e3,
-                       float(shorter.mean()))
+    interval = np.diff(start)
+    if not same_thread.all():
+        interval = interval[same_thread]
+    del same_thread
+    interval_us = float(np.median(interval, overwrite_input=True)) / 1e3
+    del interval
+    took = end - start if first is None else end[first]
+    if first is not None:
+        del first
+        took -= start
+    call_us = float(np.median(took, overwrite_input=True)) / 1e3
+    return LaunchStats(kernel_us, call_us, interval_us, float(shorter.mean()))
