@@ -13,12 +13,15 @@ from __future__ import annotations
 import os
 import tempfile
 from array import array
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from functools import lru_cache
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypeVar
 
 from perfdoctor import shared
 from perfdoctor.errors import InputError
+
+K = TypeVar("K")
+V = TypeVar("V")
 
 
 class Records:
@@ -58,25 +61,31 @@ class Records:
             self._file = None
 
 
-class Loaded(Mapping[int, Any]):
-    """Key → the object pickled (perfdoctor.shared, names resolved in ``seen``) in its record, loaded each
-    time it is asked for; the last ``cache`` loaded are kept (a walk across ranks asks for the same few
-    again and again)."""
+class Lazy(Mapping[K, V]):
+    """Key → ``load(key)``, made each time it is asked for; the last ``cache`` made are kept (a walk across
+    ranks asks for the same few again and again). Asking whether a key is there makes nothing."""
 
-    def __init__(self, records: Records, numbers: dict[int, int], seen: dict[Any, Any], cache: int) -> None:
-        self._numbers = numbers
-        self._load = lru_cache(maxsize=cache)(lambda key: shared.loads(records[numbers[key]], seen))
+    def __init__(self, keys: Collection[K], load: Callable[[K], V], cache: int) -> None:
+        self._keys = keys
+        self._load = lru_cache(maxsize=cache)(load)
 
-    def __getitem__(self, key: int) -> Any:
-        if key not in self._numbers:
+    def __getitem__(self, key: K) -> V:
+        if key not in self._keys:
             raise KeyError(key)
         return self._load(key)
 
     def __contains__(self, key: object) -> bool:  # without loading it (Mapping's would)
-        return key in self._numbers
+        return key in self._keys
 
-    def __iter__(self) -> Iterator[int]:
-        return iter(self._numbers)
+    def __iter__(self) -> Iterator[K]:
+        return iter(self._keys)
 
     def __len__(self) -> int:
-        return len(self._numbers)
+        return len(self._keys)
+
+
+class Loaded(Lazy[int, Any]):
+    """Key → the object pickled (perfdoctor.shared, names resolved in ``seen``) in its record of ``records``."""
+
+    def __init__(self, records: Records, numbers: dict[int, int], seen: dict[Any, Any], cache: int) -> None:
+        super().__init__(numbers, lambda key: shared.loads(records[numbers[key]], seen), cache)

@@ -16,9 +16,8 @@ its CPU was doing while the others waited for it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import lru_cache
 
 import numpy as np
 
@@ -30,6 +29,7 @@ from perfdoctor.measure.activity import Activity, GroupComm
 from perfdoctor.measure.host import CAUSES, HostGaps
 from perfdoctor.measure.steps import Steps, step_at
 from perfdoctor.model import Timeline
+from perfdoctor.records import Lazy
 from perfdoctor.table import Table
 from perfdoctor.width import narrow, offsets, rows, widened
 
@@ -164,27 +164,12 @@ def unpack(p: Packed) -> Collectives:
         before_idle={cause: r[f"idle.{cause}"].astype(np.int64) for cause in p.idle}, **p.rest)  # type: ignore[arg-type]
 
 
-class Unpacked(Mapping[int, Collectives]):
+class Unpacked(Lazy[int, Collectives]):
     """Rank → its Collectives, unpacked from the packed ones as the cross-rank analysis asks for them; the
     last :data:`CACHE` are kept (the join asks for the same late ranks again and again)."""
 
     def __init__(self, packed: Mapping[int, Packed]) -> None:
-        self._packed = packed
-        self._get = lru_cache(maxsize=CACHE)(lambda rank: unpack(self._packed[rank]))
-
-    def __getitem__(self, rank: int) -> Collectives:
-        if rank not in self._packed:
-            raise KeyError(rank)
-        return self._get(rank)
-
-    def __contains__(self, rank: object) -> bool:  # without unpacking it (Mapping's would)
-        return rank in self._packed
-
-    def __iter__(self) -> Iterator[int]:
-        return iter(self._packed)
-
-    def __len__(self) -> int:
-        return len(self._packed)
+        super().__init__(packed, lambda rank: unpack(packed[rank]), CACHE)
 
 
 CACHE = 64
