@@ -126,10 +126,62 @@ def test_launch_stats_by_slices(name, monkeypatch):
         if not len(tl.kernels):
             continue
         monkeypatch.setattr(host, "WINDOW_OPS", 1 << 60)
-        whole = host.launch_stats(tl)
+        whole = host._launch_stats(tl)  # from whole columns
+        assert host.launch_stats(tl) == whole
         for size in (1, 2, 7):
             monkeypatch.setattr(host, "WINDOW_OPS", size)
             assert host.launch_stats(tl) == whole
+            assert host._launch_stats(tl) == whole
+
+
+@pytest.mark.parametrize("name", ["exposed_dp", "per_node", "real_cs336", "host_bound", "real_h100"])
+def test_eager_launch_stats_by_slices(name, monkeypatch):
+    """Kernels with a launch call each, on one thread: the statistics made a slice at a time without the
+    whole launch columns are the whole columns' (that path is taken: these traces are eager programs)."""
+    _, timelines = load_trace(_path(name))
+    taken = 0
+    for tl in timelines:
+        if len(tl.kernels) < 2:
+            continue
+        whole = host._launch_stats(tl)
+        for size in (1, 2, 7, 1 << 60):
+            monkeypatch.setattr(host, "WINDOW_OPS", size)
+            eager = host._eager_launch_stats(tl)
+            assert eager is None or eager == whole
+            taken += eager is not None
+    assert taken or name in ("host_bound", "real_h100")  # kernels in start order, not launch order; calls missing
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_eager_launch_stats_calls_of_several_kernels(seed, monkeypatch):
+    """Calls that each start a run of kernels (a graph): their spans, at any slice size, are the whole
+    columns' (a slice never splits a call's kernels; a call longer than a slice leaves it to the columns)."""
+    _, timelines = load_trace(_path("exposed_dp"))
+    tl = next(t for t in timelines if len(t.kernels) > 1)
+    start, end, tid = (a.copy() for a in host.kernel_launch_calls(tl))
+    for i in np.flatnonzero(np.random.default_rng(seed).random(start.size - 1) < 0.3):
+        start[i + 1], end[i + 1] = start[i], end[i]  # the next kernel is launched by the same call
+    monkeypatch.setattr(host, "kernel_launch_calls",
+                        lambda tl, rows=None: tuple(a if rows is None else a[rows] for a in (start, end, tid)))
+    whole = host._launch_stats(tl)
+    assert whole.kernel_us is not None
+    for size in (1, 2, 3, 7, 50, 1 << 60):
+        monkeypatch.setattr(host, "WINDOW_OPS", size)
+        eager = host._eager_launch_stats(tl)
+        assert eager == whole or (eager is None and size <= 7)
+        assert host.launch_stats(tl) == whole
+
+
+def test_narrow_column_widens():
+    """A column of slices held as int32 until a value needs int64; its median is the int64 column's."""
+    values = np.array([5, -3, 2**40, 7, 1, -2**35, 4], dtype=np.int64)
+    col = host._Narrow(values.size)
+    col.put(0, values[:2])
+    assert col.values.dtype == np.int32
+    col.put(2, values[2:5])
+    col.put(5, values[5:])
+    assert col.values.dtype == np.int64 and np.array_equal(col.values, values)
+    assert col.median() == float(np.median(values))
 
 
 @pytest.mark.parametrize("seed", range(4))

@@ -52,7 +52,7 @@ def communicators(tl: Timeline, comm_idx: np.ndarray) -> Communicators:
     known = nranks > 0
     sizes[codes[known]] = nranks[known]  # creation ranges; every one of a communicator gives its size
 
-    call_start, call_end, call_tid = (a[comm_idx] for a in kernel_launch_calls(tl))
+    call_start, call_end, call_tid = kernel_launch_calls(tl, comm_idx)
     group_starts = matching(tl.nvtx, GROUP_START)
     r_start, r_end, r_tid = (calls[c] for c in ("start", "end", "tid"))
     of_kernel = none.of_kernel

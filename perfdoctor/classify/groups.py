@@ -230,7 +230,7 @@ def _from_c10d_ops(tl: Timeline, comm_idx: np.ndarray, group: np.ndarray,
     if not len(ranges):
         return named, sure
     todo = comm_idx[group[comm_idx] < 0]
-    c_start, c_end, c_tid = (a[todo] for a in kernel_launch_calls(tl))
+    c_start, c_end, c_tid = kernel_launch_calls(tl, todo)
     which = enclosing_range(c_start, c_end, c_tid, ranges)
     hit = which != NO_RANGE
     ops = ranges.col("text")[which[hit]]
@@ -259,7 +259,7 @@ def _from_nvtx(tl: Timeline, comm_idx: np.ndarray, group: np.ndarray) -> None:
     distinct = np.unique(mine)
     group_of = np.zeros(messages.size, dtype=np.int8)
     group_of[distinct] = [GROUPS.index(_group_of(messages[m])) for m in distinct]  # each message once
-    c_start, c_end, c_tid = (a[comm_idx] for a in kernel_launch_calls(tl))
+    c_start, c_end, c_tid = kernel_launch_calls(tl, comm_idx)
     which = enclosing_range(c_start, c_end, c_tid, ranges)
     hit = which != NO_RANGE
     group[comm_idx[hit]] = group_of[mine[which[hit]]]

@@ -78,10 +78,13 @@ def _lookup_table(api: Table) -> np.ndarray | None:
     return table
 
 
-@per_object
-def kernel_launch_calls(tl: Timeline) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``launch_calls`` of all of a timeline's kernels, computed once (several detectors need them)."""
-    return launch_calls(tl.kernels, tl.api)
+def kernel_launch_calls(tl: Timeline,
+                        rows: np.ndarray | slice | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``launch_calls`` of a timeline's kernels (of those ``rows`` when given: the comm kernels, a slice).
+    Made on each call, not kept for the timeline's life: at 10M kernels the three columns are 240 MB, and
+    the lookup they are gathered from (:func:`_lookup_table`) is kept, so making them again is three gathers."""
+    corr = tl.kernels.col("correlation_id") if len(tl.kernels) else np.zeros(0, dtype=np.int64)
+    return calls_of(corr if rows is None else corr[rows], tl.api)
 
 
 def enclosing_range(call_start: np.ndarray, call_end: np.ndarray, call_tid: np.ndarray,
