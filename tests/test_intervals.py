@@ -93,3 +93,42 @@ def test_intersect_of_sets_that_overlap_themselves_keeps_the_sweep() -> None:
     got, want = iv.intersect(a, b), iv._intersect_pairs(a, b)
     assert got[0].tolist() == want[0].tolist() == [4, 5, 25] and got[1].tolist() == want[1].tolist() == [6, 6, 26]
     assert not iv._separate((np.array([0, 3]), np.array([0, 9])))  # an empty interval
+
+
+@pytest.mark.parametrize("seed", range(20))
+@pytest.mark.parametrize("size", [1, 2, 5, 64])
+def test_union_by_slices_is_the_whole_union(seed: int, size: int, monkeypatch) -> None:
+    """Sorted starts merged a slice at a time (the reach carried across: an interval reaching over many
+    slices, touching ones at a slice edge, slices left empty by the mask or by empty intervals) give the
+    whole columns' set, with and without a mask; unsorted ones are left to the whole columns' sort."""
+    rng = np.random.default_rng(seed)
+    n = int(rng.integers(0, 120))
+    starts = np.sort(rng.integers(0, GRID, n))
+    ends = starts + rng.choice([0, 0, 1, 3, 30, 300], n)
+    where = rng.random(n) < rng.choice([0.0, 0.5, 1.0])
+    whole = iv._union(starts, ends), iv._union(starts[where], ends[where])
+    monkeypatch.setattr(iv, "SLICE", size)
+    for got, want in zip((iv.union(starts, ends), iv.union(starts, ends, where)), whole):
+        assert got[0].dtype == got[1].dtype == np.int64
+        assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+    if n > 1:
+        shuffled = rng.permutation(n)
+        assert iv._union_sorted(starts[shuffled], ends[shuffled], None) is None or \
+            np.all(starts[shuffled][1:] >= starts[shuffled][:-1])
+        got = iv.union(starts[shuffled], ends[shuffled], where[shuffled])
+        assert np.array_equal(got[0], whole[1][0]) and np.array_equal(got[1], whole[1][1])
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_subtract_of_a_small_set_takes_the_big_sets_overlaps(seed: int, monkeypatch) -> None:
+    """``a − b`` made from the intervals of ``b`` that overlap ``a`` is the one made from all of ``b``
+    (b's intervals touching a's edges, spanning several of a's, or overlapping none of them)."""
+    rng = np.random.default_rng(seed)
+    a = iv.union(*_random(rng, int(rng.integers(1, 6))))
+    b = iv.union(*_random(rng, int(rng.integers(1, 60))))
+    monkeypatch.setattr(iv, "NEAR_FACTOR", 1 << 30)  # never: the whole complement
+    whole = iv.subtract(a, b)
+    monkeypatch.setattr(iv, "NEAR_FACTOR", 0)  # always
+    near = iv.subtract(a, b)
+    assert np.array_equal(near[0], whole[0]) and np.array_equal(near[1], whole[1])
+    assert np.array_equal(_from_set(near), _from_set(a) & ~_from_set(b))

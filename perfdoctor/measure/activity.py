@@ -51,7 +51,7 @@ def group_comm(kernels: Table, act: Activity, codes: np.ndarray, groups: int) ->
     for g in range(groups):
         if counts[g]:
             mine = codes == g
-            busy.append(iv.union(start[mine], end[mine]))
+            busy.append(iv.union(start, end, mine))
             exposed.append(iv.subtract(busy[-1], act.compute))
         else:
             busy.append(iv.EMPTY)
@@ -75,4 +75,4 @@ def activity(tl: Timeline, kcls: Table, ccls: Table) -> Activity:
     k_start, k_end = k.col("start"), k.col("end")
     comm = iv.union(np.concatenate([k_start[k_comm], cp.col("start")[c_comm]]),
                     np.concatenate([k_end[k_comm], cp.col("end")[c_comm]]))
-    return Activity(k_comm, c_comm, iv.union(*gpu_activity(tl)), iv.union(k_start[~k_comm], k_end[~k_comm]), comm)
+    return Activity(k_comm, c_comm, iv.union(*gpu_activity(tl)), iv.union(k_start, k_end, ~k_comm), comm)
