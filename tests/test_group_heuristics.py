@@ -125,3 +125,36 @@ def test_real_trace_guess_is_sensible_and_flagged_low():
         group, confidence, comm = _guess(tl, {})
         assert set(group[comm]) <= {"cp", None}
         assert set(confidence[comm]) <= {"low", None}
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("size", [1, 3, 1 << 18])
+def test_kernels_on_streams_by_slices(seed, size, monkeypatch):
+    """Kernels per stream counted a slice at a time (dense stream numbers bincounted, sparse ones searched,
+    streams outside the asked ones skipped) are the whole column's counts."""
+    from perfdoctor.classify import group_heuristics as gh
+
+    rng = np.random.default_rng(seed)
+    numbers = rng.choice([[3, 7, 20], [0, 1 << 40, -5], [13]][seed % 3], size=int(rng.integers(0, 50)))
+    stream = numbers.astype(np.int64 if seed % 3 == 1 else np.int32)
+    asked = np.unique(rng.choice(stream, size=2)) if stream.size else np.zeros(0, dtype=stream.dtype)
+    monkeypatch.setattr(gh, "SLICE", size)
+    assert gh._kernels_on(stream, asked).tolist() == [int((stream == s).sum()) for s in asked]
+
+
+@pytest.mark.parametrize("seed", range(8))
+@pytest.mark.parametrize("size", [1, 4, 1 << 18])
+def test_compute_neighbours_by_slices(seed, size, monkeypatch):
+    """The compute kernels before each launch position and the compute index of each kernel of some codes,
+    made a slice at a time, are the ones from every compute kernel's position at once."""
+    from perfdoctor.classify import group_heuristics as gh
+
+    rng = np.random.default_rng(seed)
+    seq = rng.integers(-2, 5, int(rng.integers(1, 60))).astype(np.int8)
+    position = rng.permutation(np.flatnonzero(seq == gh.COMM))
+    compute_pos = np.flatnonzero(seq >= 0)
+    monkeypatch.setattr(gh, "SLICE", size)
+    assert gh._computes_before(seq, position).tolist() == np.searchsorted(compute_pos, position).tolist()
+    for codes in [(gh.GEMM,), (gh.MOE,), (gh.GEMM, gh.ATTENTION)]:
+        want = np.flatnonzero(np.isin(seq[compute_pos], codes))
+        assert gh._compute_index(seq, codes).tolist() == want.tolist()

@@ -26,7 +26,7 @@ import numpy as np
 
 from perfdoctor.classify.kernels import classify_kernel
 from perfdoctor.classify.timeline import category_mask
-from perfdoctor.table import Strings, Table, factorize
+from perfdoctor.table import Strings, Table
 
 CANDIDATES = ("dp", "tp", "cp", "pp", "ep")
 CONFIDENCE = ("low", "medium", "high")
@@ -48,6 +48,8 @@ COMM, TRANSPARENT = -1, -2
 _KIND_CODES = {"moe": MOE, "cast_transpose": TRANSPARENT, "fp8_scaling": TRANSPARENT}
 _CATEGORY_CODES = {"gemm": GEMM, "attention": ATTENTION, "optimizer": OPTIMIZER, "comm": COMM}
 _NONE = np.iinfo(np.int64).max // 4  # distance to a neighbour that does not exist
+
+SLICE = 1 << 18  # kernels counted at a time
 
 # Evidence scores (higher wins); a baseline is what a collective type is when nothing else is known.
 STRONG = 2.0
@@ -137,19 +139,49 @@ def _neighbours(kernels: Table, codes: np.ndarray, idx: np.ndarray) -> dict[str,
         rank = np.empty(order.size, dtype=np.int64)
         rank[order] = np.arange(order.size)
         position, seq = rank[idx], codes[order]
-    compute_pos = np.flatnonzero(seq >= 0)  # launch positions of compute kernels
-    compute = seq[compute_pos]
-    nxt = np.searchsorted(compute_pos, position)  # index (in ``compute``) of the next compute kernel
+    nxt = _computes_before(seq, position)  # index (among the compute kernels) of the next compute kernel
     prv = nxt - 1
     out: dict[str, np.ndarray] = {}
-    for name, mask in (("gemm", compute == GEMM), ("attention", compute == ATTENTION),
-                       ("moe", compute == MOE), ("optimizer", compute == OPTIMIZER),
-                       ("layer", (compute == GEMM) | (compute == ATTENTION))):
-        at = np.flatnonzero(mask)
+    for name, codes in (("gemm", (GEMM,)), ("attention", (ATTENTION,)), ("moe", (MOE,)),
+                        ("optimizer", (OPTIMIZER,)), ("layer", (GEMM, ATTENTION))):
+        at = _compute_index(seq, codes)
         out[f"{name}_next"] = _distance_next(at, nxt)
         out[f"{name}_prev"] = _distance_prev(at, prv)
     out["near_optimizer"] = (out["optimizer_next"] < out["layer_next"]) | (out["optimizer_prev"] < out["layer_prev"])
     return out
+
+
+def _computes_before(seq: np.ndarray, position: np.ndarray) -> np.ndarray:
+    """How many compute kernels (codes >= 0 in the launch-order ``seq``) come before each launch position,
+    counted a slice at a time: no array of every compute kernel's position."""
+    out = np.empty(position.size, dtype=np.int64)
+    slice_of = position // SLICE
+    base = 0
+    for s, lo in enumerate(range(0, seq.size, SLICE)):
+        compute = seq[lo:lo + SLICE] >= 0
+        if (mine := np.flatnonzero(slice_of == s)).size:
+            before = np.concatenate(([0], np.cumsum(compute, dtype=np.int64)))
+            out[mine] = before[position[mine] - lo] + base
+        base += int(np.count_nonzero(compute))
+    return out
+
+
+def _compute_index(seq: np.ndarray, codes: tuple[int, ...]) -> np.ndarray:
+    """The index among the compute kernels (codes >= 0 in the launch-order ``seq``) of each kernel of one of
+    ``codes``, ascending; int32 while the kernels are fewer than 2**31, made a slice at a time (at 10M
+    kernels a few MB at once, not the 80 MB of every compute kernel's position)."""
+    dtype = np.int32 if seq.size < np.iinfo(np.int32).max else np.int64
+    out = []
+    base = 0
+    for lo in range(0, seq.size, SLICE):
+        part = seq[lo:lo + SLICE]
+        rank = np.cumsum(part >= 0, dtype=dtype)  # compute kernels up to and including each
+        want = part == codes[0]
+        for code in codes[1:]:
+            want |= part == code
+        out.append(rank[want] + dtype(base - 1))
+        base += int(rank[-1])
+    return np.concatenate(out) if out else np.zeros(0, dtype=dtype)
 
 
 def _distance_next(at: np.ndarray, i: np.ndarray) -> np.ndarray:
@@ -208,9 +240,8 @@ def _per_stream(kernels: Table, idx: np.ndarray, known: np.ndarray,
     """One label per process-group stream (in place): the NVTX label its other kernels carry, else
     the duration-weighted vote of its kernels; medium confidence when the vote is near unanimous."""
     stream = kernels.col("stream")
-    inverse, streams = factorize(stream)
-    of_comm = inverse[idx]  # the stream of each comm kernel
-    share = np.bincount(of_comm, minlength=streams.size) / np.bincount(inverse, minlength=streams.size)
+    streams, of_comm = np.unique(stream[idx], return_inverse=True)  # the stream of each comm kernel
+    share = np.bincount(of_comm, minlength=streams.size) / _kernels_on(stream, streams)
     dur = (kernels.col("end")[idx] - kernels.col("start")[idx]).astype(np.float64)
     for k in np.flatnonzero(share >= COMM_STREAM_SHARE):
         mine = of_comm == k
@@ -225,3 +256,21 @@ def _per_stream(kernels: Table, idx: np.ndarray, known: np.ndarray,
         votes = np.bincount(winner[ok], weights=dur[ok] + 1.0, minlength=len(CANDIDATES))
         winner[ok] = int(np.argmax(votes))
         conf[ok] = CONFIDENCE.index("medium" if votes.max() >= AGREEMENT * votes.sum() else "low")
+
+
+def _kernels_on(stream: np.ndarray, streams: np.ndarray) -> np.ndarray:
+    """How many kernels run on each of ``streams`` (sorted), counted a slice at a time: a bincount of the
+    stream numbers when they are dense, else a search among ``streams`` (no code per kernel held whole)."""
+    counts = np.zeros(streams.size, dtype=np.int64)
+    if not stream.size:
+        return counts
+    low, high = int(streams[0]), int(streams[-1])
+    for lo in range(0, stream.size, SLICE):
+        part = stream[lo:lo + SLICE]
+        part = part[(part >= low) & (part <= high)]
+        if high - low <= SLICE:
+            counts += np.bincount(part.astype(np.int64) - low, minlength=high - low + 1)[streams - low]
+        else:
+            at = np.searchsorted(streams, part)
+            counts += np.bincount(at[streams[np.minimum(at, streams.size - 1)] == part], minlength=streams.size)
+    return counts
