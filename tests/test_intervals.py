@@ -132,3 +132,18 @@ def test_subtract_of_a_small_set_takes_the_big_sets_overlaps(seed: int, monkeypa
     near = iv.subtract(a, b)
     assert np.array_equal(near[0], whole[0]) and np.array_equal(near[1], whole[1])
     assert np.array_equal(_from_set(near), _from_set(a) & ~_from_set(b))
+
+
+@pytest.mark.parametrize("seed", range(30))
+@pytest.mark.parametrize("size", [1, 3, 1 << 18])
+def test_overlap_of_a_few_intervals_without_prefix_sums(seed: int, size: int, monkeypatch) -> None:
+    """A few intervals' overlaps with a large set summed a slice at a time are the prefix sums' numbers."""
+    rng = np.random.default_rng(seed)
+    big = iv.union(*_random(rng, int(rng.integers(0, 80))))
+    q_starts, q_ends = _random(rng, int(rng.integers(0, 6)))
+    monkeypatch.setattr(iv, "FEW", 0)
+    whole = iv.overlap_per_interval(q_starts, q_ends, big)
+    monkeypatch.setattr(iv, "FEW", 1 << 20)
+    monkeypatch.setattr(iv, "NEAR_FACTOR", 0)
+    monkeypatch.setattr(iv, "SLICE", size)
+    assert iv.overlap_per_interval(q_starts, q_ends, big).tolist() == whole.tolist()

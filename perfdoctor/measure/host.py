@@ -290,16 +290,16 @@ def host_pauses(tl: Timeline) -> iv.Intervals:
 def _sorted_pauses(start: np.ndarray, end: np.ndarray) -> iv.Intervals:
     """:func:`host_pauses` of calls sorted by start, without their union: the stretches between them are
     found a slice at a time (twice: for the median, then for the long ones), so only their lengths are
-    held whole (at 10M calls 80 MB, instead of the union's and the stretches' 300 MB)."""
-    length = np.empty(max(start.size - 1, 0), dtype=np.int64)
+    held whole, narrow (:class:`_Narrow`: at 10M calls 40 MB, instead of the union's and the stretches' 300 MB)."""
+    length = _Narrow(max(start.size - 1, 0))
     n = 0
     for gap_s, gap_e in _stretches(start, end):
-        np.subtract(gap_e, gap_s, out=length[n:n + gap_s.size])
+        length.put(n, gap_e - gap_s)
         n += gap_s.size
     if not n:
         return iv.EMPTY
-    limit = PAUSE_FACTOR * float(np.median(length[:n], overwrite_input=True))
-    del length
+    length.values = length.values[:n]
+    limit = PAUSE_FACTOR * length.median()
     out = [(gap_s[long], gap_e[long]) for gap_s, gap_e in _stretches(start, end) for long in [gap_e - gap_s > limit]]
     return np.concatenate([s for s, _ in out]), np.concatenate([e for _, e in out])
 

@@ -21,6 +21,9 @@ SLICE = 1 << 18
 # ``a − b`` with ``b`` this many times larger than ``a`` subtracts only the intervals of ``b`` that overlap
 # ``a`` (:func:`_overlapping`): one search per interval of ``a`` instead of ``b``'s whole complement.
 NEAR_FACTOR = 4
+# Overlaps with a set are measured for up to this many intervals (a timeline's steps) without the set's
+# prefix sums (:func:`_lengths_before`).
+FEW = 4096
 
 
 def union(starts: np.ndarray, ends: np.ndarray, where: np.ndarray | None = None) -> Intervals:
@@ -238,7 +241,24 @@ def overlap_per_interval(starts: np.ndarray, ends: np.ndarray, iv: Intervals) ->
 def _covered_before(t: np.ndarray, iv: Intervals) -> np.ndarray:
     """Length of ``iv`` lying before each time in ``t``."""
     s, e = iv
-    cum = np.concatenate(([0], np.cumsum(e - s)))
     k = np.searchsorted(s, t, side="right")  # intervals starting at or before t
+    if t.size <= FEW and t.size * NEAR_FACTOR < s.size:  # a few times (steps) in a large set
+        before = _lengths_before(iv, np.maximum(k - 1, 0))
+    else:
+        before = np.concatenate(([0], np.cumsum(e - s)))[np.maximum(k - 1, 0)]
     inside = np.where(k > 0, np.minimum(t, e[np.maximum(k - 1, 0)]) - s[np.maximum(k - 1, 0)], 0)
-    return cum[np.maximum(k - 1, 0)] * (k > 0) + np.maximum(inside, 0)
+    return before * (k > 0) + np.maximum(inside, 0)
+
+
+def _lengths_before(iv: Intervals, count: np.ndarray) -> np.ndarray:
+    """Total length of the first ``count[j]`` intervals of ``iv``, for each j: summed a slice at a time in
+    one walk, for a few counts (the prefix sums of all of ``iv`` are three arrays of its size)."""
+    out = np.zeros(count.size, dtype=np.int64)
+    total = done = 0
+    for j in np.argsort(count, kind="stable").tolist():
+        while done < count[j]:
+            hi = min(int(count[j]), done + SLICE)
+            total += int((iv[1][done:hi] - iv[0][done:hi]).sum())
+            done = hi
+        out[j] = total
+    return out

@@ -24,6 +24,7 @@ from perfdoctor.table import Table
 
 # Kernel names kept per timeline, by GPU time: the long tail of tiny kernels adds nothing to the work.
 MAX_NAMES = 400
+SLICE = 1 << 18  # kernels counted at a time
 
 
 def kernel_work(kernels: Table, kcls: Table, steps: Steps) -> dict[str, Any] | None:
@@ -31,18 +32,24 @@ def kernel_work(kernels: Table, kcls: Table, steps: Steps) -> dict[str, Any] | N
     inside the steps; None without any."""
     if not len(steps) or not len(kernels):
         return None
-    start = kernels.col("start")
-    compute = ~category_mask(kcls, "comm")
-    # Steps are sorted and disjoint: a kernel is inside one when it starts before that step's end.
-    i = step_at(steps.starts, start)
-    inside = compute & (i >= 0) & (start < steps.ends[np.maximum(i, 0)])
-    if not inside.any():
-        return None
-    codes = kernels["short_name"].codes[inside]
+    start, end = kernels.col("start"), kernels.col("end")
+    comm = category_mask(kcls, "comm")
     names = kernels["short_name"].values
-    dur = (kernels.col("end")[inside] - start[inside]).astype(np.float64)
-    counts = np.bincount(codes, minlength=len(names))
-    ns = np.bincount(codes, weights=dur, minlength=len(names))
+    counts = np.zeros(len(names), dtype=np.int64)
+    ns = np.zeros(len(names))
+    # A slice of kernels at a time: no step index, mask or duration per kernel held whole (the sums are of
+    # whole nanoseconds, exact in float64, so the slices' sums are one bincount's).
+    for lo in range(0, start.size, SLICE):
+        s = start[lo:lo + SLICE]
+        # Steps are sorted and disjoint: a kernel is inside one when it starts before that step's end.
+        i = step_at(steps.starts, s)
+        inside = (i >= 0) & (s < steps.ends[np.maximum(i, 0)])
+        inside &= ~comm[lo:lo + SLICE]
+        codes = kernels["short_name"].codes[lo:lo + SLICE][inside]
+        counts += np.bincount(codes, minlength=len(names))
+        ns += np.bincount(codes, weights=end[lo:lo + SLICE][inside] - s[inside], minlength=len(names))
+    if not counts.any():
+        return None
     order = [j for j in np.argsort(-ns, kind="stable")[:MAX_NAMES] if counts[j]]
     return {"span_ns": int(steps.durations.sum()), "steps": len(steps),
             "kernels": {str(names[j]): [int(counts[j]), int(round(ns[j]))] for j in order}}
