@@ -89,10 +89,10 @@ def test_intersect_of_sets_that_overlap_themselves_keeps_the_sweep() -> None:
     """Overlapping or empty intervals are not separate: the pairwise sweep answers for them."""
     a = (np.array([0, 5, 20]), np.array([10, 8, 30]))  # 5..8 lies inside 0..10
     b = (np.array([4, 25]), np.array([6, 26]))
-    assert not iv._separate(a) and iv._separate(b)
+    assert not iv.separate(a) and iv.separate(b)
     got, want = iv.intersect(a, b), iv._intersect_pairs(a, b)
     assert got[0].tolist() == want[0].tolist() == [4, 5, 25] and got[1].tolist() == want[1].tolist() == [6, 6, 26]
-    assert not iv._separate((np.array([0, 3]), np.array([0, 9])))  # an empty interval
+    assert not iv.separate((np.array([0, 3]), np.array([0, 9])))  # an empty interval
 
 
 @pytest.mark.parametrize("seed", range(20))
@@ -141,9 +141,34 @@ def test_overlap_of_a_few_intervals_without_prefix_sums(seed: int, size: int, mo
     rng = np.random.default_rng(seed)
     big = iv.union(*_random(rng, int(rng.integers(0, 80))))
     q_starts, q_ends = _random(rng, int(rng.integers(0, 6)))
-    monkeypatch.setattr(iv, "FEW", 0)
+    monkeypatch.setattr(iv, "NEAR_FACTOR", 1 << 30)  # prefix sums of the whole set
     whole = iv.overlap_per_interval(q_starts, q_ends, big)
-    monkeypatch.setattr(iv, "FEW", 1 << 20)
     monkeypatch.setattr(iv, "NEAR_FACTOR", 0)
     monkeypatch.setattr(iv, "SLICE", size)
     assert iv.overlap_per_interval(q_starts, q_ends, big).tolist() == whole.tolist()
+
+
+@pytest.mark.parametrize("seed", range(30))
+@pytest.mark.parametrize("size", [1, 3, 1 << 18])
+def test_measure_within_is_the_clipped_measure(seed: int, size: int, monkeypatch) -> None:
+    rng = np.random.default_rng(seed)
+    a = iv.union(*_random(rng, int(rng.integers(0, 40))))
+    lo = int(rng.integers(-10, GRID))
+    hi = lo + int(rng.integers(0, GRID))
+    monkeypatch.setattr(iv, "SLICE", size)
+    clipped = iv.clip(a, lo, hi)
+    assert iv.measure_within(a, lo, hi) == iv.measure(clipped) == int((clipped[1] - clipped[0]).sum())
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_overlap_with_a_separate_set_is_its_unions(seed: int, monkeypatch) -> None:
+    """Sorted, disjoint intervals that touch (gaps split at step boundaries) overlap an interval by the
+    ns their union does, by the prefix sums of either set or by slices."""
+    rng = np.random.default_rng(seed)
+    spans = _separate(rng, int(rng.integers(1, 80)), touch=0.5)
+    assert iv.separate(spans)
+    q_starts, q_ends = _random(rng, int(rng.integers(0, 30)))
+    for factor in (0, 1 << 30):
+        monkeypatch.setattr(iv, "NEAR_FACTOR", factor)
+        assert iv.overlap_per_interval(q_starts, q_ends, spans).tolist() == \
+            iv.overlap_per_interval(q_starts, q_ends, iv.union(*spans)).tolist()

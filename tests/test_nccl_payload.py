@@ -65,9 +65,9 @@ def test_every_comm_kernel_finds_its_communicator(traces, scenario):
         kcls = kernel_classes(tl.kernels)
         comm_idx = np.flatnonzero(category_mask(kcls, "comm"))
         comms = communicators(tl, comm_idx)
-        assert comms.of_kernel[comm_idx].min() >= 0, "a comm kernel without a communicator"
+        assert comms.of.min() >= 0, "a comm kernel without a communicator"
         expected = label_groups(ref, kernel_classes(ref.kernels)).group[comm_idx]
-        got = [truth[int(comms.ids[c])]["group"] for c in comms.of_kernel[comm_idx]]
+        got = [truth[int(comms.ids[c])]["group"] for c in comms.of]
         assert got == list(expected)
         assert sorted(comms.sizes[comms.sizes > 0]) == sorted(truth[int(i)]["size"] for i in comms.ids)
 

@@ -27,10 +27,11 @@ GROUP_START = re.compile(r"^ncclGroupStart$")
 
 @dataclass(frozen=True)
 class Communicators:
-    """Per kernel the index of its communicator in ``ids`` (−1: none known); per communicator its number
-    of ranks (−1: its creation was not captured)."""
+    """Per comm kernel asked about (aligned with the ``comm_idx`` given to :func:`communicators`) the index
+    of its communicator in ``ids`` (−1: none known); per communicator its number of ranks (−1: its creation
+    was not captured). Per comm kernel, not per kernel: at 10M kernels a few MB, not 40."""
 
-    of_kernel: np.ndarray  # int32 (a few communicators; one per kernel: at 10M kernels 40 MB, not 80)
+    of: np.ndarray  # int32
     ids: np.ndarray  # uint64 communicator ids
     sizes: np.ndarray  # int64
 
@@ -40,8 +41,8 @@ def communicators(tl: Timeline, comm_idx: np.ndarray) -> Communicators:
     payloads, or in a PyTorch profiler trace from the process group each NCCL kernel names."""
     if "pg_name" in tl.kernels.columns:
         return process_group_communicators(tl.kernels, comm_idx)
-    n = len(tl.kernels)
-    none = Communicators(np.full(n, -1, dtype=np.int32), np.zeros(0, dtype=np.uint64), np.zeros(0, dtype=np.int64))
+    none = Communicators(np.full(comm_idx.size, -1, dtype=np.int32), np.zeros(0, dtype=np.uint64),
+                         np.zeros(0, dtype=np.int64))
     calls = tl.nccl
     if calls is None or not len(calls) or not comm_idx.size:
         return none
@@ -55,7 +56,7 @@ def communicators(tl: Timeline, comm_idx: np.ndarray) -> Communicators:
     call_start, call_end, call_tid = kernel_launch_calls(tl, comm_idx)
     group_starts = matching(tl.nvtx, GROUP_START)
     r_start, r_end, r_tid = (calls[c] for c in ("start", "end", "tid"))
-    of_kernel = none.of_kernel
+    of = none.of
     for thread in np.unique(r_tid):
         mine = np.flatnonzero(call_tid == thread)
         if not mine.size:
@@ -71,20 +72,19 @@ def communicators(tl: Timeline, comm_idx: np.ndarray) -> Communicators:
             g = np.searchsorted(gs, call_start[mine], side="right") - 1
             in_group = ok & (g >= 0) & (r_start[row] >= gs[np.maximum(g, 0)])
         hit = encloses | in_group
-        of_kernel[comm_idx[mine[hit]]] = codes[row[hit]]
-    return Communicators(of_kernel, ids, sizes)
+        of[mine[hit]] = codes[row[hit]]
+    return Communicators(of, ids, sizes)
 
 
 
 def process_group_communicators(kernels: Table, comm_idx: np.ndarray) -> Communicators:
     """Communicators of a PyTorch profiler trace: every NCCL kernel names its process group
     (``pg_name``) and the group's size (``pg_size``), so each process group is one communicator."""
-    n = len(kernels)
-    of_kernel = np.full(n, -1, dtype=np.int32)
+    of = np.full(comm_idx.size, -1, dtype=np.int32)
     names = kernels.col("pg_name")[comm_idx]
     has = np.array([isinstance(x, str) for x in names], dtype=bool)
     codes, uniques = factorize(np.asarray(names[has], dtype=object))
-    of_kernel[comm_idx[has]] = codes
+    of[has] = codes
     sizes = np.full(len(uniques), -1, dtype=np.int64)
     pg_size = kernels.col("pg_size")[comm_idx[has]]
     known = pg_size > 0
@@ -95,4 +95,4 @@ def process_group_communicators(kernels: Table, comm_idx: np.ndarray) -> Communi
 
     ids = np.array([int.from_bytes(hashlib.blake2b(str(u).encode(), digest_size=8).digest(), "little") or 1
                     for u in uniques], dtype=np.uint64)
-    return Communicators(of_kernel, ids, sizes)
+    return Communicators(of, ids, sizes)

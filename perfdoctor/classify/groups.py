@@ -85,8 +85,8 @@ class GroupLabels:
         return out
 
 
-def _by_communicator(comms: Communicators, known: np.ndarray, guess: np.ndarray, kernels: Table,
-                     config: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
+def _by_communicator(comms: Communicators, comm_idx: np.ndarray, known: np.ndarray, guess: np.ndarray,
+                     kernels: Table, config: dict[str, Any]) -> tuple[np.ndarray, np.ndarray]:
     """One group per NCCL communicator (a communicator is one process group), for its kernels: the
     NVTX label some of them carry; else the one group whose configured size equals the communicator's
     (high confidence); else the duration-weighted vote of the kernels' heuristic guesses among the
@@ -94,10 +94,12 @@ def _by_communicator(comms: Communicators, known: np.ndarray, guess: np.ndarray,
     named = np.full(known.size, UNLABELLED, dtype=np.int8)
     sure = np.full(known.size, UNLABELLED, dtype=np.int8)
     sizes = group_sizes(config)
-    dur = (kernels.col("end") - kernels.col("start")).astype(np.float64)
-    with_comm = np.flatnonzero(comms.of_kernel >= 0)
-    by_comm = with_comm[np.argsort(comms.of_kernel[with_comm], kind="stable")]
-    bounds = np.searchsorted(comms.of_kernel[by_comm], np.arange(comms.ids.size + 1))
+    start, end = kernels.col("start"), kernels.col("end")
+    has = comms.of >= 0
+    of = comms.of[has]
+    order = np.argsort(of, kind="stable")
+    by_comm = comm_idx[has][order]  # the kernels of each communicator, in row order
+    bounds = np.searchsorted(of[order], np.arange(comms.ids.size + 1))
     for c in range(comms.ids.size):
         members = by_comm[bounds[c]:bounds[c + 1]]
         facts = known[members][known[members] >= 0]
@@ -113,7 +115,8 @@ def _by_communicator(comms: Communicators, known: np.ndarray, guess: np.ndarray,
             if fits.any():
                 allowed &= fits
         voters = members[(guess[members] >= 0)]
-        votes = np.bincount(guess[voters], weights=dur[voters] + 1.0, minlength=len(CANDIDATES))
+        dur = (end[voters] - start[voters]).astype(np.float64)
+        votes = np.bincount(guess[voters], weights=dur + 1.0, minlength=len(CANDIDATES))
         votes[~allowed] = 0.0
         if votes.sum() > 0:
             named[members] = int(np.argmax(votes))
@@ -153,7 +156,7 @@ def label_groups(tl: Timeline, kcls: Table, config: dict[str, Any] | None = None
         guess, how_sure = heuristic_groups(tl.kernels, kcls, config or {}, group)
         comms = communicators(tl, comm_idx)
         if comms.ids.size:
-            named, sure = _by_communicator(comms, group, guess, tl.kernels, config or {})
+            named, sure = _by_communicator(comms, comm_idx, group, guess, tl.kernels, config or {})
             payload = (named >= 0) & (group < 0)
             group[payload] = named[payload]
             source[payload] = SOURCES.index("nccl_payload" if "pg_name" not in tl.kernels.columns else "kineto_pg")

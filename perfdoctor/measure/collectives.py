@@ -35,6 +35,7 @@ from perfdoctor.width import narrow, offsets, rows, widened
 
 # CUDA API calls shorter than this are launch overhead, not "what the CPU was doing" before an arrival.
 LONG_CALL_NS = 100_000
+SLICE = 1 << 18  # API calls looked at a time
 
 
 @dataclass
@@ -71,7 +72,7 @@ def collectives(tl: Timeline, act: Activity, steps: Steps, groups: GroupLabels, 
     idx = np.flatnonzero(groups.codes >= 0)  # kernels are sorted by start, so instances are too
     group = groups.codes[idx].astype(np.int8)
     comms = communicators(tl, idx)
-    of = comms.of_kernel[idx]
+    of = comms.of
     comm = np.where(of >= 0, comms.ids[np.maximum(of, 0)] if comms.ids.size else 0, 0).astype(np.uint64)
     stream_ids = k.col("stream")[idx]
     # Per (group, communicator): each stream's place among its streams, and each kernel's sequence number
@@ -101,7 +102,9 @@ def collectives(tl: Timeline, act: Activity, steps: Steps, groups: GroupLabels, 
     for g, rest in others.items():
         mine = group == g
         other_comm[mine] = iv.overlap_per_interval(before[mine], start[mine], rest)
-    idle = {c: iv.overlap_per_interval(before, start, iv.union(*gaps.spans[c])) if c in gaps.spans
+    # The gaps of a cause are separate already (they touch only where a step boundary split one), which is
+    # all the overlaps need: no merged copy of them (at 10M kernels, millions of gaps).
+    idle = {c: iv.overlap_per_interval(before, start, _separate(gaps.spans[c])) if c in gaps.spans
             else np.zeros(start.size, dtype=np.int64) for c in CAUSES}
     return Collectives(
         group=group, comm=comm, stream=stream_place, seq=seq, start=start, end=end,
@@ -113,12 +116,18 @@ def collectives(tl: Timeline, act: Activity, steps: Steps, groups: GroupLabels, 
     )
 
 
+def _separate(spans: iv.Intervals) -> iv.Intervals:
+    """``spans`` when they are :func:`iv.separate`, else their union."""
+    return spans if iv.separate(spans) else iv.union(*spans)
+
+
 def _long_calls(api: Table) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The CUDA API calls long enough to be what a late rank's CPU was doing (few: kept whole)."""
     if not len(api):
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0, dtype=object)
     s, e = api.col("start"), api.col("end")
-    long = np.flatnonzero(e - s >= LONG_CALL_NS)
+    long = np.concatenate([np.flatnonzero(e[lo:lo + SLICE] - s[lo:lo + SLICE] >= LONG_CALL_NS) + lo
+                           for lo in range(0, s.size, SLICE)])  # a slice at a time: no duration of every call
     return s[long], e[long], api["name"][long].decode().astype(str).astype(object)
 
 

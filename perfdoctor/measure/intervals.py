@@ -21,9 +21,6 @@ SLICE = 1 << 18
 # ``a − b`` with ``b`` this many times larger than ``a`` subtracts only the intervals of ``b`` that overlap
 # ``a`` (:func:`_overlapping`): one search per interval of ``a`` instead of ``b``'s whole complement.
 NEAR_FACTOR = 4
-# Overlaps with a set are measured for up to this many intervals (a timeline's steps) without the set's
-# prefix sums (:func:`_lengths_before`).
-FEW = 4096
 
 
 def union(starts: np.ndarray, ends: np.ndarray, where: np.ndarray | None = None) -> Intervals:
@@ -114,8 +111,20 @@ def _union_sorted(starts: np.ndarray, ends: np.ndarray, where: np.ndarray | None
 
 
 def measure(iv: Intervals) -> int:
-    """Total length in ns of an interval set in normal form."""
-    return int((iv[1] - iv[0]).sum())
+    """Total length in ns of an interval set in normal form (summed a slice at a time: no array of the
+    lengths beside a large set)."""
+    return sum(int((iv[1][lo:lo + SLICE] - iv[0][lo:lo + SLICE]).sum()) for lo in range(0, iv[0].size, SLICE))
+
+
+def measure_within(iv: Intervals, lo: int, hi: int) -> int:
+    """``measure(clip(iv, lo, hi))`` without the clipped copy: the intervals inside ``[lo, hi)`` whole, the
+    two at its edges cut."""
+    first = int(np.searchsorted(iv[1], lo, side="right"))  # the first ending after lo
+    last = int(np.searchsorted(iv[0], hi, side="left"))  # past the last starting before hi
+    if last <= first:
+        return 0
+    inside = (iv[0][first:last], iv[1][first:last])
+    return measure(inside) - max(0, lo - int(inside[0][0])) - max(0, int(inside[1][-1]) - hi)
 
 
 def clip(iv: Intervals, lo: int, hi: int) -> Intervals:
@@ -139,18 +148,18 @@ def intersect(a: Intervals, b: Intervals) -> Intervals:
     """Intersection of two normal-form sets (sweep over both boundary lists)."""
     if a[0].size == 0 or b[0].size == 0:
         return EMPTY
-    if a[0].dtype == a[1].dtype == b[0].dtype == b[1].dtype and _separate(a) and _separate(b):
+    if a[0].dtype == a[1].dtype == b[0].dtype == b[1].dtype and separate(a) and separate(b):
         return _intersect_runs(*((a, b) if a[0].size <= b[0].size else (b, a)))
     return _intersect_pairs(a, b)
 
 
-def _separate(s: Intervals) -> bool:
+def separate(s: Intervals) -> bool:
     """Sorted, non-empty intervals that do not overlap (they may touch: steps, unlike unions, do)."""
     return bool(np.all(s[1] > s[0]) and np.all(s[0][1:] >= s[1][:-1]))
 
 
 def _intersect_runs(small: Intervals, big: Intervals) -> Intervals:
-    """:func:`intersect` of two :func:`_separate` sets, as runs: the intervals of ``big`` that overlap one
+    """:func:`intersect` of two :func:`separate` sets, as runs: the intervals of ``big`` that overlap one
     interval of ``small`` are consecutive, and only the first and last of each run are cut. A step's gaps
     or busy time (a few steps, a million intervals) is then one copy of the big set instead of a search per
     interval and a dozen passes. Both are separate, so the pieces come in the order, and with the values,
@@ -227,7 +236,8 @@ def _overlapping(big: Intervals, small: Intervals) -> Intervals:
 
 
 def overlap_per_interval(starts: np.ndarray, ends: np.ndarray, iv: Intervals) -> np.ndarray:
-    """For each (possibly overlapping) input interval, the ns it shares with the normal-form set ``iv``.
+    """For each (possibly overlapping) input interval, the ns it shares with the normal-form set ``iv`` (or
+    any :func:`separate` set: intervals that touch are counted the same as merged).
 
     Uses prefix sums of ``iv``'s coverage, so it is O((n + m) log m).
     """
@@ -242,7 +252,7 @@ def _covered_before(t: np.ndarray, iv: Intervals) -> np.ndarray:
     """Length of ``iv`` lying before each time in ``t``."""
     s, e = iv
     k = np.searchsorted(s, t, side="right")  # intervals starting at or before t
-    if t.size <= FEW and t.size * NEAR_FACTOR < s.size:  # a few times (steps) in a large set
+    if t.size * NEAR_FACTOR < s.size:  # fewer times than intervals: no prefix sums of all of them
         before = _lengths_before(iv, np.maximum(k - 1, 0))
     else:
         before = np.concatenate(([0], np.cumsum(e - s)))[np.maximum(k - 1, 0)]
@@ -251,14 +261,21 @@ def _covered_before(t: np.ndarray, iv: Intervals) -> np.ndarray:
 
 
 def _lengths_before(iv: Intervals, count: np.ndarray) -> np.ndarray:
-    """Total length of the first ``count[j]`` intervals of ``iv``, for each j: summed a slice at a time in
-    one walk, for a few counts (the prefix sums of all of ``iv`` are three arrays of its size)."""
+    """Total length of the first ``count[j]`` intervals of ``iv``, for each j: the prefix sums a slice of
+    ``iv`` at a time, each slice's read where the counts end in it (the prefix sums of all of ``iv`` are
+    three arrays of its size)."""
     out = np.zeros(count.size, dtype=np.int64)
-    total = done = 0
-    for j in np.argsort(count, kind="stable").tolist():
-        while done < count[j]:
-            hi = min(int(count[j]), done + SLICE)
-            total += int((iv[1][done:hi] - iv[0][done:hi]).sum())
-            done = hi
-        out[j] = total
+    order = np.argsort(count, kind="stable")
+    ordered = count[order]
+    a = int(np.searchsorted(ordered, 0, side="right"))  # counts of 0: nothing before
+    total = 0
+    for lo in range(0, iv[0].size, SLICE):
+        if a == count.size:
+            break
+        hi = min(lo + SLICE, iv[0].size)
+        cum = np.cumsum(iv[1][lo:hi] - iv[0][lo:hi])
+        b = int(np.searchsorted(ordered, hi, side="right"))  # the counts ending in this slice
+        out[order[a:b]] = cum[ordered[a:b] - lo - 1] + total
+        total += int(cum[-1])
+        a = b
     return out
