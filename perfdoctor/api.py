@@ -7,7 +7,7 @@ nothing here formats output.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -362,6 +362,11 @@ def analyze_timeline(tl: Timeline, config: dict[str, Any], excerpts: bool, trace
     if trace_excerpts:
         result.trace_excerpt = trace_excerpt(tl, kcls, ccls, act, steps, groups, by_group, config)
     gaps = host_gaps(tl, steps, act.busy) if on_device else None
+    if blame_later is not None:  # on a device
+        result.collectives = collectives(tl, act, steps, groups, by_group, gaps)
+        # The host gaps by cause (at 10M kernels, 100 MB) are the collectives' alone: not held through the
+        # measurements below.
+        gaps = replace(gaps, spans={})
     launches = launch_stats(tl) if on_device else None
     result.metrics, device.evidence = timeline_metrics(tl, kcls, act, steps, groups, by_group, gaps, launches,
                                                        config)
@@ -370,7 +375,6 @@ def analyze_timeline(tl: Timeline, config: dict[str, Any], excerpts: bool, trace
     if (work := kernel_work(tl.kernels, kcls, steps)) is not None:
         device.evidence["work"] = work
     if blame_later is not None:
-        result.collectives = collectives(tl, act, steps, groups, by_group, gaps)
         # The blame graph is the rank's largest structure (at 10M kernels, 0.9 GB): one measurement at a
         # time, the measurements' intervals and gaps are let go before it is built, not held beside it.
         del act, by_group, gaps, launches

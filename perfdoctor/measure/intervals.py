@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from perfdoctor.heap import MMAP_ABOVE
+
 Intervals = tuple[np.ndarray, np.ndarray]
 
 EMPTY: Intervals = (np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64))
@@ -66,9 +68,16 @@ def _union(starts: np.ndarray, ends: np.ndarray) -> Intervals:
 def _union_sorted(starts: np.ndarray, ends: np.ndarray, where: np.ndarray | None) -> Intervals | None:
     """:func:`union` a slice at a time, carrying how far the intervals so far reach; None when the starts
     (of the non-empty intervals ``where`` selects) are not sorted: those need the whole columns' sort. The
-    same merge as the whole columns' (the reach before a slice is the whole prefix's), so the same set."""
-    out_s: list[np.ndarray] = []
-    out_e: list[np.ndarray] = []
+    same merge as the whole columns' (the reach before a slice is the whole prefix's), so the same set.
+
+    The merged intervals are written into arrays as long as the input (they are at most that many), not
+    gathered in pieces and joined: the joined copy beside its pieces would double the set. Arrays that long
+    are mapped on their own (perfdoctor.heap.MMAP_ABOVE) and only the pages written become resident, so the
+    result is a view of their beginning; a shorter result is copied out of its heap block."""
+    bound = starts.size if where is None else int(np.count_nonzero(where))
+    out_s = np.empty(bound, dtype=np.int64)
+    out_e = np.empty(bound, dtype=np.int64)
+    m = 0  # merged intervals so far
     reach: int | None = None  # how far every interval so far reaches
     last = None  # the latest start so far
     for lo in range(0, starts.size, SLICE):
@@ -95,19 +104,23 @@ def _union_sorted(starts: np.ndarray, ends: np.ndarray, where: np.ndarray | None
         np.greater(s[1:], r[:-1], out=new[1:])
         first = np.flatnonzero(new)
         del new
-        out_s.append(s[first])
-        # each merged interval that begins here closes the one before it at the reach just before
-        closed = first[1:] - 1 if first.size and first[0] == 0 else first - 1
-        if reach is not None and first.size and first[0] == 0:
-            out_e.append(np.array([reach], dtype=np.int64))
-        out_e.append(r[closed])
+        if first.size:
+            np.take(s, first, out=out_s[m:m + first.size])
+            # each merged interval that begins here closes the one before it, at the reach just before
+            if first[0] == 0:
+                if reach is not None:
+                    out_e[m - 1] = reach
+                np.take(r, first[1:] - 1, out=out_e[m:m + first.size - 1])
+            else:
+                np.take(r, first - 1, out=out_e[m - 1:m + first.size - 1])
+            m += first.size
         reach = int(r[-1])
     if reach is None:
         return EMPTY
-    out_e.append(np.array([reach], dtype=np.int64))
-    merged_starts = out_s[0] if len(out_s) == 1 else np.concatenate(out_s)
-    out_s.clear()
-    return merged_starts, np.concatenate(out_e)
+    out_e[m - 1] = reach
+    if bound * out_s.itemsize >= MMAP_ABOVE:
+        return out_s[:m], out_e[:m]
+    return out_s[:m].copy(), out_e[:m].copy()
 
 
 def measure(iv: Intervals) -> int:
