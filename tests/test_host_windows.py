@@ -58,6 +58,9 @@ def test_windows_give_the_whole_pass(name, monkeypatch):
             windowed += len(host.window_bounds(steps, busy, size)) > 2
             _same(dataclasses.asdict(host.gap_causes(tl, steps, busy)), dataclasses.asdict(whole))
             _same(dataclasses.asdict(host.host_gaps(tl, steps, busy)), dataclasses.asdict(whole_sums))
+            with monkeypatch.context() as mapped:  # the gaps written into columns as long as their bound
+                mapped.setattr(host.iv, "MMAP_ABOVE", 0)
+                _same(dataclasses.asdict(host.host_gaps(tl, steps, busy)), dataclasses.asdict(whole_sums))
     assert windowed  # the small sizes did cut the steps into several windows
     assert len(causes) >= 2
 

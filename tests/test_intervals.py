@@ -173,3 +173,19 @@ def test_overlap_with_a_separate_set_is_its_unions(seed: int, monkeypatch) -> No
         monkeypatch.setattr(iv, "NEAR_FACTOR", factor)
         assert iv.overlap_per_interval(q_starts, q_ends, spans).tolist() == \
             iv.overlap_per_interval(q_starts, q_ends, iv.union(*spans)).tolist()
+
+
+@pytest.mark.parametrize("mapped", [0, 1 << 40])
+@pytest.mark.parametrize("bound", [0, 1, 5, 100])
+def test_column_of_pieces(mapped: int, bound: int, monkeypatch) -> None:
+    """A column written piece by piece into one array (growing past its bound) or joined from its pieces:
+    the pieces in order, int64, empty ones included."""
+    monkeypatch.setattr(iv, "MMAP_ABOVE", mapped)
+    pieces = [np.arange(k, dtype=np.int64) + 10 * k for k in (3, 0, 7, 1, 0)]
+    col = iv.Column(bound)
+    for p in pieces:
+        col.add(p)
+    got = col.done()
+    assert got.dtype == np.int64 and got.tolist() == np.concatenate(pieces).tolist()
+    empty = iv.Column(bound).done()
+    assert empty.dtype == np.int64 and empty.size == 0

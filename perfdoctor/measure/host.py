@@ -109,31 +109,35 @@ def host_gaps(tl: Timeline, steps: Steps, busy: iv.Intervals) -> HostGaps:
     width = len(CAUSES) + 1  # column 0 the device-side waits
     table = np.zeros((n, width))
     sync_host = np.zeros(n)
-    spans: dict[str, tuple[list, list]] = {c: ([], []) for c in CAUSES}
-    waits: tuple[list, list] = ([], [])
+    # the gaps of each cause, and the device-side waits: at most one per busy interval and step edge
+    bound = busy[0].size + 2 * n + 2
+    spans = {c: (iv.Column(bound), iv.Column(bound)) for c in CAUSES}
+    waits = iv.Column(bound), iv.Column(bound)
+    windows = 0
     for gaps in _windows(tl, steps, busy):
+        windows += 1
         g0, g1, cause, step_of = gaps.start, gaps.end, gaps.cause, gaps.step
         length = (g1 - g0).astype(np.float64)
         # A step's gaps all lie in one window, so its sums are the ones a single pass gives (added to 0.0).
         table += np.bincount(step_of * width + cause + 1, weights=length, minlength=n * width).reshape(n, width)
         for i, c in enumerate(CAUSES):
             of = cause == i
-            spans[c][0].append(g0[of])
-            spans[c][1].append(g1[of])
+            spans[c][0].add(g0[of])
+            spans[c][1].add(g1[of])
         waiting = cause == DEVICE_WAIT
-        waits[0].append(g0[waiting])
-        waits[1].append(g1[waiting])
+        waits[0].add(g0[waiting])
+        waits[1].add(g1[waiting])
         sync = cause == CAUSES.index("sync")
         after = np.clip(g1[sync] - np.maximum(gaps.returned[sync], g0[sync]), 0, None).astype(np.float64)
         sync_host += np.bincount(step_of[sync], weights=after, minlength=n)
-    if not waits[0]:
+    if not windows:
         zero = np.zeros(n)
         return HostGaps({c: zero.copy() for c in CAUSES}, zero, zero.copy(), iv.EMPTY, sync_host=zero.copy())
     by_cause = {c: table[:, i + 1] for i, c in enumerate(CAUSES)}
     device_wait, idle = table[:, 0], table.sum(axis=1)
-    joined = {c: _joined(spans.pop(c)) for c in CAUSES}
-    waited = _joined(waits)
-    # The windows' pieces were heap memory that the joined (large, mapped) arrays do not reuse.
+    joined = {c: (spans[c][0].done(), spans[c][1].done()) for c in CAUSES}
+    waited = waits[0].done(), waits[1].done()
+    # The windows' temporaries were heap memory that the (large, mapped) columns do not reuse.
     give_back_freed(sum(s.nbytes + e.nbytes for s, e in [waited, *joined.values()]))
     return HostGaps(by_cause, device_wait, idle, waited, joined, sync_host)
 
@@ -148,16 +152,6 @@ def gap_causes(tl: Timeline, steps: Steps, busy: iv.Intervals) -> GapCauses:
         return parts[0]
     return GapCauses(*(np.concatenate([getattr(p, f) for p in parts])
                        for f in ("start", "end", "cause", "step", "returned")))
-
-
-def _joined(parts: tuple[list, list]) -> iv.Intervals:
-    """The windows' starts and ends, each joined in order (the lists are emptied as they are joined: the
-    pieces are let go as the whole is made, not held beside all of it)."""
-    out = []
-    for pieces in parts:
-        out.append(pieces[0] if len(pieces) == 1 else np.concatenate(pieces))
-        pieces.clear()
-    return out[0], out[1]
 
 
 def window_bounds(steps: Steps, busy: iv.Intervals, size: int) -> np.ndarray:

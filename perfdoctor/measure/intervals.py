@@ -123,6 +123,40 @@ def _union_sorted(starts: np.ndarray, ends: np.ndarray, where: np.ndarray | None
     return out_s[:m].copy(), out_e[:m].copy()
 
 
+class Column:
+    """An int64 column made a piece at a time (a window's, a slice's), of at most about ``bound`` values.
+    Where that many would be mapped on their own (perfdoctor.heap.MMAP_ABOVE), the pieces are written into
+    one such array as they come (only the pages written become resident; past the bound it grows) and the
+    column is a view of its beginning: no pieces joined beside a copy of them all. Shorter columns are
+    the pieces joined."""
+
+    def __init__(self, bound: int) -> None:
+        self.mapped = bound * np.dtype(np.int64).itemsize >= MMAP_ABOVE
+        self.values = np.empty(bound if self.mapped else 0, dtype=np.int64)
+        self.pieces: list[np.ndarray] = []
+        self.size = 0
+
+    def add(self, part: np.ndarray) -> None:
+        if not self.mapped:
+            self.pieces.append(part)
+        else:
+            if self.size + part.size > self.values.size:
+                grown = np.empty(max(2 * self.values.size, self.size + part.size), dtype=np.int64)
+                grown[:self.size] = self.values[:self.size]
+                self.values = grown
+            self.values[self.size:self.size + part.size] = part
+        self.size += part.size
+
+    def done(self) -> np.ndarray:
+        """The column (the pieces are let go)."""
+        if self.mapped:
+            return self.values[:self.size]
+        pieces, self.pieces = self.pieces, []
+        if len(pieces) == 1:
+            return pieces[0]
+        return np.concatenate(pieces) if pieces else np.zeros(0, dtype=np.int64)
+
+
 def measure(iv: Intervals) -> int:
     """Total length in ns of an interval set in normal form (summed a slice at a time: no array of the
     lengths beside a large set)."""
