@@ -48,11 +48,22 @@ def _facts(tl: Timeline, kcls: Table) -> np.ndarray:
     return np.where(fact, labels.codes, -1).astype(np.int8)
 
 
+def _heuristic_groups(tl: Timeline, kcls: Table, config: dict, known: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`heuristic_groups` aligned with the kernels (its arrays are the comm kernels')."""
+    idx = np.flatnonzero(kcls["category"].mask("comm"))
+    out = []
+    for codes in heuristic_groups(tl.kernels, kcls, config, idx, known[idx]):
+        whole = np.full(len(tl.kernels), -1, dtype=np.int8)
+        whole[idx] = codes
+        out.append(whole)
+    return out[0], out[1]
+
+
 def _guess(tl: Timeline, config: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Group and confidence names (None where unlabelled), and the comm mask."""
     kcls = kernel_classes(tl.kernels)
     known = _facts(tl, kcls)
-    group, confidence = heuristic_groups(tl.kernels, kcls, config, known)
+    group, confidence = _heuristic_groups(tl, kcls, config, known)
     return (decode(np.where(group >= 0, group, known), GROUPS), decode(confidence, CONFIDENCE),
             kcls["category"].mask("comm"))
 
@@ -115,7 +126,7 @@ def test_nvtx_labels_are_never_overridden(traces):
     ref = label_groups(tl, kcls)
     nvtx = ref.source == "nvtx"
     assert nvtx.any()
-    group, _ = heuristic_groups(tl.kernels, kcls, {}, np.where(nvtx, ref.codes, -1).astype(np.int8))
+    group, _ = _heuristic_groups(tl, kcls, {}, np.where(nvtx, ref.codes, -1).astype(np.int8))
     assert (group[nvtx] == -1).all()
 
 

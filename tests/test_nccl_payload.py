@@ -113,7 +113,8 @@ def test_a_communicator_outvotes_wrong_guesses(traces, monkeypatch):
         wrong = mine[np.cumsum(dur[mine]) <= 0.4 * dur[mine].sum()]
         noisy[wrong] = (g + 1) % 5
     sure = np.where(noisy >= 0, 0, -1).astype(np.int8)
-    monkeypatch.setattr(groups_module, "heuristic_groups", lambda *_: (noisy, sure))
+    monkeypatch.setattr(groups_module, "heuristic_groups",
+                        lambda kernels, kcls, config, idx, known: (noisy[idx], sure[idx]))
     labels = label_groups(tl, kernel_classes(tl.kernels), {})
     assert (labels.codes[comm] == expected[comm]).all() and (noisy[comm] != expected[comm]).any()
 

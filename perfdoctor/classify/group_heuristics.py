@@ -25,7 +25,6 @@ from typing import Any
 import numpy as np
 
 from perfdoctor.classify.kernels import classify_kernel
-from perfdoctor.classify.timeline import category_mask
 from perfdoctor.table import Strings, Table
 
 CANDIDATES = ("dp", "tp", "cp", "pp", "ep")
@@ -55,17 +54,15 @@ SLICE = 1 << 18  # kernels counted at a time
 STRONG = 2.0
 
 
-def heuristic_groups(kernels: Table, kcls: Table, config: dict[str, Any],
+def heuristic_groups(kernels: Table, kcls: Table, config: dict[str, Any], idx: np.ndarray,
                      known: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Group (index into ``CANDIDATES``) and confidence (index into ``CONFIDENCE``), int8 arrays aligned
-    with ``kernels``, for the comm kernels whose ``known`` group code is negative; −1 elsewhere, and
-    where the config rules out every candidate group. ``known``: group codes found by other means."""
-    n = len(kernels)
-    group = np.full(n, -1, dtype=np.int8)
-    confidence = np.full(n, -1, dtype=np.int8)
-    comm = category_mask(kcls, "comm")
-    idx = np.flatnonzero(comm)
-    todo = known[idx] < 0
+    with the comm kernels ``idx`` (every comm kernel of ``kernels``, in row order), for those whose
+    ``known`` group code is negative; −1 elsewhere, and where the config rules out every candidate group.
+    ``known``: group codes found by other means, aligned with ``idx``."""
+    group = np.full(idx.size, -1, dtype=np.int8)
+    confidence = np.full(idx.size, -1, dtype=np.int8)
+    todo = known < 0
     if not todo.any():
         return group, confidence
     codes = _codes(kernels, kcls)
@@ -84,8 +81,8 @@ def heuristic_groups(kernels: Table, kcls: Table, config: dict[str, Any],
     bump = (winner >= 0) & confirmed[np.maximum(winner, 0)]
     conf = np.minimum(conf + bump, len(CONFIDENCE) - 1)
     mine = todo & (winner >= 0)
-    group[idx[mine]] = winner[mine]
-    confidence[idx[mine]] = conf[mine]
+    group[mine] = winner[mine]
+    confidence[mine] = conf[mine]
     return group, confidence
 
 
@@ -108,12 +105,14 @@ def _codes(kernels: Table, kcls: Table) -> np.ndarray:
     category = kcls["category"]  # a code per distinct category, then one lookup per kernel
     # int8: a handful of codes, one byte per kernel (these are the heuristics' per-kernel temporaries)
     by_category = np.array([_CATEGORY_CODES.get(v, OTHER) for v in category.values] + [OTHER], dtype=np.int8)
-    codes = by_category[category.codes]
     names = kernels["short_name"]  # each distinct name classified once: no work per million kernels
     kind_code = np.array([_KIND_CODES.get(classify_kernel(str(s)).kind, OTHER) for s in names.values]
                          + [OTHER], dtype=np.int8)
-    by_kind = kind_code[names.codes]
-    return np.where(codes == OTHER, by_kind, codes)
+    codes = np.empty(category.codes.size, dtype=np.int8)
+    for lo in range(0, codes.size, SLICE):  # the lookups a slice at a time: one array of the kernels' size
+        part = by_category[category.codes[lo:lo + SLICE]]
+        np.copyto(codes[lo:lo + SLICE], np.where(part == OTHER, kind_code[names.codes[lo:lo + SLICE]], part))
+    return codes
 
 
 def _launch_order(kernels: Table) -> np.ndarray | None:
@@ -238,14 +237,15 @@ def _ulysses(stream: np.ndarray, collective: Strings, winner: np.ndarray, strong
 def _per_stream(kernels: Table, idx: np.ndarray, known: np.ndarray,
                 winner: np.ndarray, conf: np.ndarray) -> None:
     """One label per process-group stream (in place): the NVTX label its other kernels carry, else
-    the duration-weighted vote of its kernels; medium confidence when the vote is near unanimous."""
+    the duration-weighted vote of its kernels; medium confidence when the vote is near unanimous.
+    ``known``, ``winner`` and ``conf`` are aligned with the comm kernels ``idx``."""
     stream = kernels.col("stream")
     streams, of_comm = np.unique(stream[idx], return_inverse=True)  # the stream of each comm kernel
     share = np.bincount(of_comm, minlength=streams.size) / _kernels_on(stream, streams)
     dur = (kernels.col("end")[idx] - kernels.col("start")[idx]).astype(np.float64)
     for k in np.flatnonzero(share >= COMM_STREAM_SHARE):
         mine = of_comm == k
-        labelled = [int(g) for g in np.unique(known[idx[mine]]) if 0 <= g < len(CANDIDATES)]
+        labelled = [int(g) for g in np.unique(known[mine]) if 0 <= g < len(CANDIDATES)]
         if len(labelled) == 1:
             winner[mine] = labelled[0]
             conf[mine] = CONFIDENCE.index("high")

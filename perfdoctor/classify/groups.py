@@ -27,7 +27,7 @@ import numpy as np
 from perfdoctor.classify.communicators import Communicators, communicators
 from perfdoctor.classify.group_heuristics import AGREEMENT, CANDIDATES, CONFIDENCE, group_sizes, heuristic_groups
 from perfdoctor.classify.projection import NO_RANGE, enclosing_range, kernel_launch_calls
-from perfdoctor.classify.timeline import category_mask, class_mask
+from perfdoctor.classify.timeline import category_mask
 from perfdoctor.load.labels import labelled_rows, matching, message_codes, parse_label
 from perfdoctor.model import Timeline
 from perfdoctor.table import Table, factorize
@@ -90,7 +90,8 @@ def _by_communicator(comms: Communicators, comm_idx: np.ndarray, known: np.ndarr
     """One group per NCCL communicator (a communicator is one process group), for its kernels: the
     NVTX label some of them carry; else the one group whose configured size equals the communicator's
     (high confidence); else the duration-weighted vote of the kernels' heuristic guesses among the
-    groups of that size (medium when near unanimous, else low). Group and confidence codes per kernel."""
+    groups of that size (medium when near unanimous, else low). Group and confidence codes per comm kernel
+    (``known`` and ``guess`` too are aligned with ``comm_idx``)."""
     named = np.full(known.size, UNLABELLED, dtype=np.int8)
     sure = np.full(known.size, UNLABELLED, dtype=np.int8)
     sizes = group_sizes(config)
@@ -98,7 +99,7 @@ def _by_communicator(comms: Communicators, comm_idx: np.ndarray, known: np.ndarr
     has = comms.of >= 0
     of = comms.of[has]
     order = np.argsort(of, kind="stable")
-    by_comm = comm_idx[has][order]  # the kernels of each communicator, in row order
+    by_comm = np.flatnonzero(has)[order]  # the comm kernels of each communicator, in row order
     bounds = np.searchsorted(of[order], np.arange(comms.ids.size + 1))
     for c in range(comms.ids.size):
         members = by_comm[bounds[c]:bounds[c + 1]]
@@ -115,7 +116,7 @@ def _by_communicator(comms: Communicators, comm_idx: np.ndarray, known: np.ndarr
             if fits.any():
                 allowed &= fits
         voters = members[(guess[members] >= 0)]
-        dur = (end[voters] - start[voters]).astype(np.float64)
+        dur = (end[comm_idx[voters]] - start[comm_idx[voters]]).astype(np.float64)
         votes = np.bincount(guess[voters], weights=dur + 1.0, minlength=len(CANDIDATES))
         votes[~allowed] = 0.0
         if votes.sum() > 0:
@@ -138,43 +139,56 @@ def label_groups(tl: Timeline, kcls: Table, config: dict[str, Any] | None = None
     confidence = np.full(n, UNLABELLED, dtype=np.int8)
     comm_idx = np.flatnonzero(category_mask(kcls, "comm"))
     if comm_idx.size:
-        _from_nvtx(tl, comm_idx, group)
-        if tl.trace.capture_groups and "pg_name" in tl.kernels.columns:
-            _from_capture_groups(tl, comm_idx, group)
-        source[group >= 0] = SOURCES.index("capture" if tl.trace.format == "kineto-json" else "nvtx")
-        confidence[group >= 0] = CONFIDENCE.index("high")
-        named, sure = _from_process_groups(tl, comm_idx, group)
-        pg = (named >= 0) & (group < 0)
-        group[pg], source[pg], confidence[pg] = named[pg], SOURCES.index("kineto_pg"), sure[pg]
-        named, sure = _from_c10d_ops(tl, comm_idx, group, config or {})
-        op = (named >= 0) & (group < 0)
-        group[op], source[op], confidence[op] = named[op], SOURCES.index("heuristic"), sure[op]
-        for fact, g in _library_facts(kcls):
-            mine = np.flatnonzero(fact & (group < 0))
-            group[mine], source[mine], confidence[mine] = GROUPS.index(g), SOURCES.index("heuristic"), \
-                CONFIDENCE.index("high")
-        guess, how_sure = heuristic_groups(tl.kernels, kcls, config or {}, group)
-        comms = communicators(tl, comm_idx)
-        if comms.ids.size:
-            named, sure = _by_communicator(comms, comm_idx, group, guess, tl.kernels, config or {})
-            payload = (named >= 0) & (group < 0)
-            group[payload] = named[payload]
-            source[payload] = SOURCES.index("nccl_payload" if "pg_name" not in tl.kernels.columns else "kineto_pg")
-            confidence[payload] = sure[payload]
-        guessed = (guess >= 0) & (group < 0)
-        group[guessed] = guess[guessed]
-        source[guessed] = SOURCES.index("heuristic")
-        confidence[guessed] = how_sure[guessed]
+        group[comm_idx], source[comm_idx], confidence[comm_idx] = _label_comm(tl, kcls, comm_idx, config or {})
     return GroupLabels(group, source, confidence)
 
 
-def _library_facts(kcls: Table) -> list[tuple[np.ndarray, str]]:
-    """Kernels whose library fixes their group (masks over the kernels, with the group): Transformer
+def _label_comm(tl: Timeline, kcls: Table, comm_idx: np.ndarray,
+                config: dict[str, Any]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Group, source and confidence codes of the comm kernels ``comm_idx``, aligned with it: every source
+    works on the comm kernels alone (at 10M kernels, a few MB per array instead of 10)."""
+    m = comm_idx.size
+    group = np.full(m, UNLABELLED, dtype=np.int8)
+    source = np.full(m, UNLABELLED, dtype=np.int8)
+    confidence = np.full(m, UNLABELLED, dtype=np.int8)
+    _from_nvtx(tl, comm_idx, group)
+    if tl.trace.capture_groups and "pg_name" in tl.kernels.columns:
+        _from_capture_groups(tl, comm_idx, group)
+    source[group >= 0] = SOURCES.index("capture" if tl.trace.format == "kineto-json" else "nvtx")
+    confidence[group >= 0] = CONFIDENCE.index("high")
+    named, sure = _from_process_groups(tl, comm_idx, group)
+    pg = (named >= 0) & (group < 0)
+    group[pg], source[pg], confidence[pg] = named[pg], SOURCES.index("kineto_pg"), sure[pg]
+    named, sure = _from_c10d_ops(tl, comm_idx, group, config)
+    op = (named >= 0) & (group < 0)
+    group[op], source[op], confidence[op] = named[op], SOURCES.index("heuristic"), sure[op]
+    for fact, g in _library_facts(kcls, comm_idx):
+        mine = np.flatnonzero(fact & (group < 0))
+        group[mine], source[mine], confidence[mine] = GROUPS.index(g), SOURCES.index("heuristic"), \
+            CONFIDENCE.index("high")
+    guess, how_sure = heuristic_groups(tl.kernels, kcls, config, comm_idx, group)
+    comms = communicators(tl, comm_idx)
+    if comms.ids.size:
+        named, sure = _by_communicator(comms, comm_idx, group, guess, tl.kernels, config)
+        payload = (named >= 0) & (group < 0)
+        group[payload] = named[payload]
+        source[payload] = SOURCES.index("nccl_payload" if "pg_name" not in tl.kernels.columns else "kineto_pg")
+        confidence[payload] = sure[payload]
+    guessed = (guess >= 0) & (group < 0)
+    group[guessed] = guess[guessed]
+    source[guessed] = SOURCES.index("heuristic")
+    confidence[guessed] = how_sure[guessed]
+    return group, source, confidence
+
+
+def _library_facts(kcls: Table, comm_idx: np.ndarray) -> list[tuple[np.ndarray, str]]:
+    """Comm kernels whose library fixes their group (masks over ``comm_idx``, with the group): Transformer
     Engine userbuffers exist only for TP comm-GEMM overlap; DeepEP-family dispatch/combine kernels only
     for expert parallelism (MoE token exchange), except DeepEP v2's pipeline send/recv."""
-    deep_ep = class_mask(kcls, "library", "deep_ep")
-    p2p = class_mask(kcls, "collective", "send_recv")
-    return [(class_mask(kcls, "library", "userbuffers"), "tp"), (deep_ep & ~p2p, "ep"), (deep_ep & p2p, "pp")]
+    library = kcls["library"][comm_idx]
+    deep_ep = library.mask("deep_ep")
+    p2p = kcls["collective"][comm_idx].mask("send_recv")
+    return [(library.mask("userbuffers"), "tp"), (deep_ep & ~p2p, "ep"), (deep_ep & p2p, "pp")]
 
 
 def _from_process_groups(tl: Timeline, comm_idx: np.ndarray, group: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -182,10 +196,9 @@ def _from_process_groups(tl: Timeline, comm_idx: np.ndarray, group: np.ndarray) 
     descriptions (``TENSOR_MODEL_PARALLEL_GROUP``) are facts (high confidence). Without any Megatron
     description in the trace there is no Megatron parallel state, and the default (world) group is the
     data-parallel group of plain DDP/FSDP training (medium: an inference from the program's shape).
-    Other groups stay for the communicator vote below."""
-    n = len(tl.kernels)
-    named = np.full(n, UNLABELLED, dtype=np.int8)
-    sure = np.full(n, UNLABELLED, dtype=np.int8)
+    Other groups stay for the communicator vote below. Codes per comm kernel, as ``group``."""
+    named = np.full(comm_idx.size, UNLABELLED, dtype=np.int8)
+    sure = np.full(comm_idx.size, UNLABELLED, dtype=np.int8)
     if "pg_desc" not in tl.kernels.columns or not comm_idx.size:
         return named, sure
     from perfdoctor.capture.hook.groups import from_description  # the hook's parser: only for Kineto groups
@@ -201,7 +214,7 @@ def _from_process_groups(tl: Timeline, comm_idx: np.ndarray, group: np.ndarray) 
         if g is None:
             continue
         g = FOLD.get(g, g)
-        mine = comm_idx[(codes == i) & (group[comm_idx] < 0)]
+        mine = (codes == i) & (group < 0)
         named[mine], sure[mine] = GROUPS.index(g), CONFIDENCE.index(how_sure)
     return named, sure
 
@@ -220,10 +233,10 @@ def _from_c10d_ops(tl: Timeline, comm_idx: np.ndarray, group: np.ndarray,
     the c10d op range that encloses their launch, when the run has no model parallelism (no tp/cp/pp/ep
     above 1 known): reductions, gathers and broadcasts are data-parallel (DDP/FSDP); all-to-all and
     point-to-point exchanges are model-parallel traffic of the program's own ("other"). Medium
-    confidence: an inference from the op and the absence of model parallelism, not a recorded group."""
-    n = len(tl.kernels)
-    named = np.full(n, UNLABELLED, dtype=np.int8)
-    sure = np.full(n, UNLABELLED, dtype=np.int8)
+    confidence: an inference from the op and the absence of model parallelism, not a recorded group.
+    Codes per comm kernel, as ``group``."""
+    named = np.full(comm_idx.size, UNLABELLED, dtype=np.int8)
+    sure = np.full(comm_idx.size, UNLABELLED, dtype=np.int8)
     if tl.trace.format != "kineto-json" or "pg_name" in tl.kernels.columns or not comm_idx.size:
         return named, sure
     if any((config.get(k) or 1) > 1 for k in ("tp", "cp", "pp", "ep")):
@@ -232,8 +245,8 @@ def _from_c10d_ops(tl: Timeline, comm_idx: np.ndarray, group: np.ndarray,
     ranges = ranges[ranges.col("end") >= 0]
     if not len(ranges):
         return named, sure
-    todo = comm_idx[group[comm_idx] < 0]
-    c_start, c_end, c_tid = kernel_launch_calls(tl, todo)
+    todo = np.flatnonzero(group < 0)
+    c_start, c_end, c_tid = kernel_launch_calls(tl, comm_idx[todo])
     which = enclosing_range(c_start, c_end, c_tid, ranges)
     hit = which != NO_RANGE
     ops = ranges.col("text")[which[hit]]
@@ -251,7 +264,8 @@ def _tally(codes: np.ndarray, names: tuple[str, ...], dur: np.ndarray) -> dict[s
 
 
 def _from_nvtx(tl: Timeline, comm_idx: np.ndarray, group: np.ndarray) -> None:
-    """Group codes of the comm kernels launched inside perfdoctor ``comm`` ranges (in place)."""
+    """Group codes of the comm kernels launched inside perfdoctor ``comm`` ranges (in place; ``group`` is
+    aligned with ``comm_idx``)."""
     rows = labelled_rows(tl.nvtx, "comm")
     rows = rows[tl.nvtx["end"][rows] >= 0]
     if not rows.size:
@@ -265,13 +279,14 @@ def _from_nvtx(tl: Timeline, comm_idx: np.ndarray, group: np.ndarray) -> None:
     c_start, c_end, c_tid = kernel_launch_calls(tl, comm_idx)
     which = enclosing_range(c_start, c_end, c_tid, ranges)
     hit = which != NO_RANGE
-    group[comm_idx[hit]] = group_of[mine[which[hit]]]
+    group[hit] = group_of[mine[which[hit]]]
 
 
 def _from_capture_groups(tl: Timeline, comm_idx: np.ndarray, group: np.ndarray) -> None:
-    """Group codes of unlabelled comm kernels whose process group the capture hook named (in place)."""
-    todo = comm_idx[group[comm_idx] < 0]
-    names = np.asarray(tl.kernels.col("pg_name")[todo], dtype=object)
+    """Group codes of unlabelled comm kernels whose process group the capture hook named (in place; ``group``
+    is aligned with ``comm_idx``)."""
+    todo = np.flatnonzero(group < 0)
+    names = np.asarray(tl.kernels.col("pg_name")[comm_idx[todo]], dtype=object)
     codes, uniques = factorize(names)
     named = np.array([GROUPS.index(_group_of(f"comm group={tl.trace.capture_groups[u]}"))
                       if isinstance(u, str) and u in tl.trace.capture_groups else UNLABELLED for u in uniques]
