@@ -7,19 +7,22 @@ import numpy as np
 
 from perfdoctor.classify.timeline import Coded, class_codes
 from perfdoctor.measure import intervals as iv
-from perfdoctor.measure.activity import Activity, gpu_activity
+from perfdoctor.measure.activity import Activity, comm_masks, gpu_activity
 from perfdoctor.measure.steps import Steps
 from perfdoctor.model import DeviceSummary, Timeline
 from perfdoctor.table import Table, factorize
 
 TOP_KERNELS = 10
+NEVER = np.iinfo(np.int64).max  # perfdoctor.measure.windows: a window owning all time before or after
 
 
-def summarize(tl: Timeline, kcls: Table, ccls: Table, act: Activity,
-              steps: Steps | None) -> DeviceSummary:
+def summarize(tl: Timeline, kcls: Table, ccls: Table, steps: Steps | None,
+              measured: tuple[int, int, int]) -> DeviceSummary:
     """Breakdown of one timeline; a CPU-only timeline gets its NVTX window and zero GPU numbers.
 
-    ``kcls``/``ccls`` are the taxonomy of its kernels and copies (:mod:`perfdoctor.classify.timeline`).
+    ``kcls``/``ccls`` are the taxonomy of its kernels and copies (:mod:`perfdoctor.classify.timeline`);
+    ``measured`` the ns its device was busy, computing and communicating (:func:`measured_ns`, summed over
+    the timeline's windows).
     """
     k, cp, ms = tl.kernels, tl.memcpy, tl.memset
     k_dur = (k["end"] - k["start"]).astype(np.float64)  # once: every tally weighs by it
@@ -27,7 +30,7 @@ def summarize(tl: Timeline, kcls: Table, ccls: Table, act: Activity,
 
     window = activity_window(tl)
 
-    k_comm, c_comm = act.comm_kernels, act.comm_copies
+    k_comm, c_comm = comm_masks(kcls, ccls)
 
     kc, cc = class_codes(kcls), class_codes(ccls)
     category_ns, category_count = _merge_tallies(_tally(kc["category"], k_dur), _tally(cc["category"], c_dur))
@@ -57,9 +60,9 @@ def summarize(tl: Timeline, kcls: Table, ccls: Table, act: Activity,
         step_ns=[int(d) for d in steps.durations] if steps else [],
         kernel_count=len(k),
         comm_kernel_count=int(k_comm.sum()),
-        busy_ns=iv.measure(iv.clip(act.busy, *window)) if window else 0,
-        compute_ns=iv.measure(act.compute),
-        comm_ns=iv.measure(act.comm),
+        busy_ns=measured[0] if window else 0,
+        compute_ns=measured[1],
+        comm_ns=measured[2],
         category_ns=category_ns,
         category_count=category_count,
         collectives=collectives,
@@ -77,6 +80,15 @@ def summarize(tl: Timeline, kcls: Table, ccls: Table, act: Activity,
         excluded_ns=int(max(0, steps.starts[0] - window[0])) if steps and len(steps) and window else 0,
         excluded_ranges=list(steps.excluded) if steps else [],
     )
+
+
+def measured_ns(act: Activity, owns: tuple[int, int]) -> tuple[int, int, int]:
+    """The ns of ``owns`` (a window's own time: perfdoctor.measure.windows) the device was busy, computing
+    and communicating; the windows' sums are the whole timeline's measures."""
+    sets = (act.busy, act.compute, act.comm)
+    if owns[0] == -NEVER and owns[1] == NEVER:  # the whole timeline
+        return tuple(iv.measure(s) for s in sets)
+    return tuple(iv.measure(iv.clip(s, *owns)) for s in sets)
 
 
 def activity_window(tl: Timeline) -> tuple[int, int] | None:
