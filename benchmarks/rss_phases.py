@@ -71,7 +71,8 @@ def main() -> None:
     wrap(sqlite_export.SqliteExport, "read", rows, depth)
     for name in ("kernel_classes", "activity", "find_steps", "label_groups", "summarize", "group_comm",
                  "timeline_metrics", "step_series", "kernel_work", "host_gaps", "launch_stats", "collectives",
-                 "graph_metrics", "load_trace", "analyze_timeline", "blame"):
+                 "graph_metrics", "load_trace", "analyze_timeline", "blame", "measure_windows", "step_quantities",
+                 "excerpt", "host_gaps", "add_context"):
         wrap(api, name, rows, depth)
     threading.Thread(target=sample, daemon=True).start()
     base = rss()

@@ -7,7 +7,7 @@ nothing here formats output.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -35,19 +35,20 @@ from perfdoctor.load.labels import config_mark, rank_mark
 from perfdoctor.load.run import assign_ranks, attach_snapshots, load_trace, merge_config
 from perfdoctor.load.run_identity import check_one_run, last_event_ns
 from perfdoctor.measure.activity import activity, group_comm
-from perfdoctor.measure.breakdown import activity_window, summarize
-from perfdoctor.measure.collectives import Collectives, Unpacked, collectives, pack
-from perfdoctor.measure.excerpt import excerpt
+from perfdoctor.measure.breakdown import activity_window, measured_ns, summarize
+from perfdoctor.measure.collectives import Collectives, Unpacked, add_context, collectives, finish, pack
+from perfdoctor.measure.excerpt import excerpt, representative_step
 from perfdoctor.measure.graphs import graph_metrics
-from perfdoctor.measure.host import host_gaps, launch_stats
+from perfdoctor.measure.host import HostContext, host_gaps, launch_stats
 from perfdoctor.measure.memory import MemoryMeasurement, measure_memory, measure_run_memory
-from perfdoctor.measure.metrics import across_ranks, timeline_metrics
+from perfdoctor.measure.metrics import across_ranks, step_quantities, timeline_metrics
 from perfdoctor.measure.peers import match
 from perfdoctor.measure.pipeline import theory
 from perfdoctor.measure.ranks import peer_metrics, rank_metrics, rank_stages, stage_evidence
 from perfdoctor.measure.step_series import step_series
 from perfdoctor.measure.steps import Steps, find_steps
-from perfdoctor.measure.trace_excerpt import run_trace, trace_excerpt
+from perfdoctor.measure.trace_excerpt import middle_step, run_trace, trace_excerpt
+from perfdoctor.measure.windows import windows
 from perfdoctor.measure.work_units import kernel_work
 from perfdoctor.model import DeviceSummary, Report, Run, Timeline, TimelineInfo, TraceInfo
 from perfdoctor.records import Loaded, Records
@@ -335,11 +336,12 @@ def analyze_file(task: FileTask) -> FileResult:
 
 
 def analyze_timeline(tl: Timeline, config: dict[str, Any], excerpts: bool, trace_excerpts: bool = False) -> RankResult:
-    """One rank: classify → measure → summary → critical path. Where the task has a second core, the
-    critical path (:func:`blame`, the largest single piece of work: it needs only the taxonomy, the group
-    labels and the steps) is computed beside every other measurement (:func:`perfdoctor.cores.beside`),
-    started as soon as its inputs are known; one at a time, it comes last, after the measurements'
-    intervals are let go."""
+    """One rank: classify → measure → summary → critical path. The measurements on the device's interval
+    sets run a window of whole steps at a time (:func:`measure_windows`); the rest (tallies, medians over
+    kernels, evidence) once over the whole tables. Where the task has a second core, the critical path
+    (:func:`blame`, the largest single piece of work: it needs only the taxonomy, the group labels and the
+    steps) is computed beside every other measurement (:func:`perfdoctor.cores.beside`), started as soon as
+    its inputs are known; one at a time, it comes last."""
     kcls = kernel_classes(tl.kernels)
     ccls = copy_classes(tl.memcpy)
     window = activity_window(tl)
@@ -347,39 +349,92 @@ def analyze_timeline(tl: Timeline, config: dict[str, Any], excerpts: bool, trace
     on_device = tl.device_id is not None and steps is not None and len(steps) > 0
     groups = label_groups(tl, kcls, config)
     blame_later = beside(blame, tl, kcls, ccls, groups, steps) if on_device else None
-    act = activity(tl, kcls, ccls)
-    device = summarize(tl, kcls, ccls, act, steps)
-    device.groups = groups.summary(tl.kernels)
     info = TimelineInfo(trace=tl.trace, pid=tl.pid, global_pid=tl.global_pid, device_id=tl.device_id,
                         process_name=tl.process_name, rank=tl.rank, rank_source=tl.rank_source,
                         rank_mark=rank_mark(tl), config_mark=config_mark(tl), last_event_ns=last_event_ns(tl),
                         fingerprints=timeline_fingerprints(tl))
+    cols = collectives(tl, steps, groups) if on_device else None
+    measured = measure_windows(tl, kcls, groups, steps, config, on_device, cols,
+                               excerpts and steps is not None, trace_excerpts and steps is not None)
+    device = summarize(tl, kcls, ccls, steps, measured.ns)
+    device.groups = groups.summary(tl.kernels)
     result = RankResult(info, device, None, None, None, None)
     if steps is None:
         return result
-    by_group = group_comm(tl.kernels, act, groups.codes, len(GROUPS))
-    result.excerpt = excerpt(tl, kcls, act, steps, groups, by_group, config) if excerpts else None
-    if trace_excerpts:
-        result.trace_excerpt = trace_excerpt(tl, kcls, ccls, act, steps, groups, by_group, config)
-    gaps = host_gaps(tl, steps, act.busy) if on_device else None
-    if blame_later is not None:  # on a device
-        result.collectives = collectives(tl, act, steps, groups, by_group, gaps)
-        # The host gaps by cause (at 10M kernels, 100 MB) are the collectives' alone: not held through the
-        # measurements below.
-        gaps = replace(gaps, spans={})
+    result.excerpt, result.trace_excerpt = measured.excerpt, measured.trace_excerpt
     launches = launch_stats(tl) if on_device else None
-    result.metrics, device.evidence = timeline_metrics(tl, kcls, act, steps, groups, by_group, gaps, launches,
+    result.metrics, device.evidence = timeline_metrics(tl, kcls, steps, groups, measured.quantities, launches,
                                                        config)
     result.metrics |= graph_metrics(tl, steps)
-    result.series = step_series(tl.kernels, act, steps, groups, by_group)
+    result.series = measured.series
     if (work := kernel_work(tl.kernels, kcls, steps)) is not None:
         device.evidence["work"] = work
-    if blame_later is not None:
-        # The blame graph is the rank's largest structure (at 10M kernels, 0.9 GB): one measurement at a
-        # time, the measurements' intervals and gaps are let go before it is built, not held beside it.
-        del act, by_group, gaps, launches
+    if cols is not None:  # on a device: so is the critical path
+        result.collectives = finish(cols)
         result.blame = blame_later.result()
     return result
+
+
+@dataclass
+class Measured:
+    """What :func:`measure_windows` measured on a timeline's interval sets, its windows joined."""
+
+    ns: tuple[int, int, int]  # busy, compute, comm (perfdoctor.measure.breakdown.measured)
+    quantities: dict[str, np.ndarray]  # per step (perfdoctor.measure.metrics.step_quantities)
+    series: dict[str, list[float]] | None = None
+    excerpt: Any = None
+    trace_excerpt: Any = None
+
+
+def measure_windows(tl: Timeline, kcls: Table, groups: GroupLabels, steps: Steps | None, config: dict[str, Any],
+                    on_device: bool, cols: Collectives | None, excerpts: bool, trace_excerpts: bool) -> Measured:
+    """The measurements of ``tl`` on its interval sets (what ran, computed, communicated; each group's
+    exposed comm; the host gaps), a window of whole steps at a time (perfdoctor.measure.windows): each
+    window's sets are let go before the next window's are made. The collective instances ``cols`` get
+    their context from the windows."""
+    ns = np.zeros(3, dtype=np.int64)
+    if steps is None:  # no device work and no NVTX: nothing to measure
+        return Measured((0, 0, 0), {})
+    counts = np.bincount(groups.codes[groups.codes >= 0].astype(np.int64), minlength=len(GROUPS))
+    whole = (bool(len(tl.kernels)), tuple(int(c) for c in counts))
+    context = HostContext(tl) if on_device or trace_excerpts else None
+    shown = representative_step(steps) if excerpts and len(steps) else -1
+    middle = middle_step(steps) if trace_excerpts and len(steps) else 0
+    parts: list[tuple[dict[str, np.ndarray], dict[str, list[float]]]] = []
+    out = Measured((0, 0, 0), {})
+    for win in windows(tl, steps):
+        if win.kernels.size == len(tl.kernels):  # one window: the timeline's own arrays
+            w_kcls, w_groups = kcls, groups
+        else:
+            w_kcls = kcls.take(win.kernels)
+            w_groups = GroupLabels(groups.codes[win.kernels], groups.source_codes[win.kernels],
+                                   groups.confidence_codes[win.kernels])
+        act = activity(win.tl, w_kcls, copy_classes(win.tl.memcpy))
+        ns += measured_ns(act, win.owns)
+        if not len(steps):
+            continue
+        by_group = group_comm(win.tl.kernels, act, w_groups.codes, len(GROUPS))
+        in_window = win.first <= shown < win.first + len(win.steps)
+        if in_window:
+            out.excerpt = excerpt(win.tl, w_kcls, act, steps, w_groups, by_group, config, step_index=shown,
+                                  context=context)
+        if trace_excerpts and win.first <= middle < win.first + max(len(win.steps), 1):
+            out.trace_excerpt = trace_excerpt(win.tl, w_kcls, copy_classes(win.tl.memcpy), act, steps, w_groups,
+                                              by_group, config, context)
+        gaps = host_gaps(win.tl, win.steps, act.busy, context, win.next_start) if on_device else None
+        quantities = step_quantities(win.tl, w_kcls, act, win.steps, groups.any_labelled, by_group, gaps, config) \
+            if on_device else {}
+        parts.append((quantities, step_series(win.tl.kernels, act, win.steps, by_group, whole)))
+        if cols is not None:
+            add_context(cols, win.owns, act, by_group, gaps)
+        del act, by_group, gaps
+    out.ns = tuple(int(v) for v in ns)
+    if parts:
+        out.quantities = {key: np.concatenate([q[key] for q, _ in parts]) for key in parts[0][0]}
+        out.series = {key: [x for _, s in parts for x in s[key]] for key in parts[0][1]}
+    elif not len(steps):
+        out.series = {}
+    return out
 
 
 def blame(tl: Timeline, kcls: Table, ccls: Table, groups: GroupLabels, steps: Steps) -> RankPath:

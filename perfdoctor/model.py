@@ -133,6 +133,11 @@ class Timeline(_Identity):
     double_value are read only when asked for (``load_export(path, detail=True)``, the default);
     ``api.analyze`` loads with ``detail=False`` because no measurement reads them (load.nsys.DETAIL_COLUMNS).
     A loader of another input format (Kineto, …) fills the other columns and may leave these out.
+
+    Columns are held at the width their values need (nsys: stream and correlation_id int32, launch_type
+    int8), ``Strings`` codes int8/int16/int32 by how many distinct values there are; a table's ``device_id``
+    and ``global_pid`` (one value on a timeline) are held once, as read-only broadcasts. Tables are
+    read-only, and arithmetic that can leave a column's type (``codes * n``) widens it first.
     """
 
     trace: TraceInfo

@@ -5,8 +5,10 @@ equal-length columns, row selection (``take``) and dictionary-encoded strings. p
 about 0.2 s of import per run and an extra copy per column (issue 16: a small file's whole analysis
 must fit in 0.3 s above ``python -c pass``); these classes give it at no import cost.
 
-Strings that repeat (kernel names, CUDA call names) are :class:`Strings`: int32 codes into the
-distinct values, decoded only where a measurement needs the text of a few rows.
+Strings that repeat (kernel names, CUDA call names) are :class:`Strings`: codes into the distinct
+values, as narrow as their number allows (:func:`perfdoctor.width.code_type`), decoded only where a
+measurement needs the text of a few rows. A column that holds one value for the whole table (a
+timeline's process and device) is a read-only broadcast of it: :meth:`Table.take` keeps it one.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import numpy as np
+
+from perfdoctor.width import code_type
 
 # Integer keys spanning at most this many values per row are factorized through a lookup table (O(n))
 # instead of a sort.
@@ -37,7 +41,7 @@ class Strings:
     def encode(cls, text: Iterable[Any]) -> Strings:
         """Encode plain values (first-appearance order of the distinct values)."""
         codes, values = factorize(np.asarray(text, dtype=object), keep_missing=True)
-        return cls(codes.astype(np.int32, copy=False), values)
+        return cls(codes.astype(code_type(values.size), copy=False), values)
 
     def __len__(self) -> int:
         return self.codes.size
@@ -77,7 +81,7 @@ class Strings:
         raw = np.concatenate([p.codes.astype(np.int64) + o for p, o in zip(parts, offsets)]) if parts else \
             np.zeros(0, dtype=np.int64)
         remap, distinct = factorize(values, keep_missing=True)
-        return Strings(remap[raw].astype(np.int32) if raw.size else raw.astype(np.int32), distinct)
+        return Strings(remap[raw].astype(code_type(distinct.size)), distinct)
 
 
 Column = np.ndarray | Strings
@@ -139,10 +143,10 @@ class Table:
         return values if dtype is None else values.astype(dtype, copy=False)
 
     def take(self, rows: np.ndarray | slice) -> Table:
-        """The rows at integer positions, under a boolean mask, or in a slice, in that order."""
-        columns = {name: values[rows] for name, values in self._columns.items()}
-        first = next(iter(columns.values()), None)
-        return Table(columns, rows=len(first) if first is not None else np.arange(len(self))[rows].size)
+        """The rows at integer positions, under a boolean mask, or in a slice, in that order. A column
+        that is one value broadcast stays one (indexing it would copy the value once per row)."""
+        n = _count(rows, len(self))
+        return Table({name: _rows_of(values, rows, n) for name, values in self._columns.items()}, rows=n)
 
     def equals(self, other: Table) -> bool:
         """Same columns in the same order with the same values (strings compared as text, NaN equal)."""
@@ -190,6 +194,32 @@ class Table:
         return f"Table({len(self)} rows: {', '.join(self._columns)})"
 
 
+def repeated(values: np.ndarray, rows: int) -> np.ndarray:
+    """``values[0]`` as a read-only column of ``rows`` rows of ``values``' type, held once."""
+    return np.broadcast_to(values[:1], (rows,))
+
+
+def is_repeated(values: Column) -> bool:
+    """Whether a column is one value broadcast over its rows (:func:`repeated`)."""
+    return isinstance(values, np.ndarray) and values.ndim == 1 and values.size > 1 and values.strides == (0,)
+
+
+def _rows_of(values: Column, rows: np.ndarray | slice, n: int) -> Column:
+    return repeated(values, n) if is_repeated(values) else values[rows]
+
+
+def _count(rows: np.ndarray | slice, length: int) -> int:
+    """How many rows a ``take`` of ``rows`` from ``length`` rows gives."""
+    if isinstance(rows, slice):
+        return len(range(length)[rows])
+    rows = np.asarray(rows)
+    if rows.dtype == bool:
+        if rows.shape != (length,):
+            raise IndexError(f"boolean index of {rows.size} rows for a table of {length}")
+        return int(np.count_nonzero(rows))
+    return rows.size
+
+
 def factorize(values: np.ndarray, *, sort: bool = False, keep_missing: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """``(codes, distinct)`` with ``distinct[codes] == values``, as ``pandas.factorize``: distinct values
     in order of first appearance (ascending with ``sort``); None and NaN get code −1 and are left out
@@ -205,6 +235,8 @@ def factorize(values: np.ndarray, *, sort: bool = False, keep_missing: bool = Fa
         lo, hi = int(values.min()), int(values.max())
         if hi - lo <= _DENSE_SPAN_PER_ROW * n + 1024:
             numbers = values.view(np.uint8) if values.dtype.kind == "b" else values
+            if numbers.dtype.kind == "i" and numbers.dtype.itemsize < 8:  # a shift past its type's range
+                numbers = numbers.astype(np.int64)  # (int8 codes −100..100) would wrap: widened first
             shifted = (numbers - numbers.min()).astype(np.int64)  # in the values' own type: no overflow
             if sort:  # which values occur is enough: no first appearances to find
                 present = np.zeros(hi - lo + 1, dtype=bool)

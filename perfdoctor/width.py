@@ -26,6 +26,25 @@ def narrow(values: np.ndarray) -> np.ndarray:
     return values
 
 
+def fitted(values: np.ndarray, kind: type[np.integer]) -> np.ndarray:
+    """``values`` (integers) as ``kind`` when every one of them fits it (no copy when they already are), else
+    as they are: a column of small ids or flags at the width it needs."""
+    info = np.iinfo(kind)
+    if values.size and (int(values.min()) < info.min or int(values.max()) > info.max):
+        return values
+    return values.astype(kind, copy=False)
+
+
+def code_type(distinct: int) -> type[np.integer]:
+    """The narrowest signed integer type for codes into ``distinct`` values: int8 for a taxonomy's handful,
+    int16 for a trace's kernel or call names, int32 beyond. Signed, so that −1 (missing) keeps its meaning;
+    whoever does arithmetic on codes widens them first (``codes.astype(np.int64) * n``)."""
+    for kind in (np.int8, np.int16, np.int32):
+        if distinct <= np.iinfo(kind).max:
+            return kind
+    return np.int64
+
+
 def offsets(times: np.ndarray) -> tuple[int, np.ndarray]:
     """``times`` (int64) as their minimum and the narrow offsets from it."""
     if not times.size:

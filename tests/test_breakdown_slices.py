@@ -26,7 +26,9 @@ def _summaries(path) -> list[dict]:
         kcls, ccls = kernel_classes(tl.kernels), copy_classes(tl.memcpy)
         window = breakdown.activity_window(tl)
         steps = find_steps(tl, window, kcls) if window else None
-        out.append(dataclasses.asdict(breakdown.summarize(tl, kcls, ccls, activity(tl, kcls, ccls), steps)))
+        whole = (-breakdown.NEVER, breakdown.NEVER)
+        measured = breakdown.measured_ns(activity(tl, kcls, ccls), whole)
+        out.append(dataclasses.asdict(breakdown.summarize(tl, kcls, ccls, steps, measured)))
     return out
 
 

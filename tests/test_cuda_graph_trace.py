@@ -121,3 +121,19 @@ def test_graph_mode_needs_a_schema_with_the_graph_trace_table(tmp_path):
     sc["output"]["schema"] = "2022.4"
     with pytest.raises(InputError, match="cuda_graph_trace graph needs schema 2024.2"):
         run_scenario(sc, tmp_path, seed=1)
+
+
+def test_replays_join_the_kernels_at_their_widths(twins):
+    """Replay rows merged among the kernels keep the kernel columns narrow (launch type int8, ids int32),
+    the replays' missing launch type −1."""
+    from perfdoctor.load.graph_trace import replay_mask
+    from perfdoctor.load.nsys import load_export
+
+    (path,) = twins["graph"].glob("*.sqlite")
+    _, timelines = load_export(path, detail=False)
+    k = next(tl.kernels for tl in timelines if len(tl.kernels))
+    replays = replay_mask(k)
+    assert replays.any() and not replays.all()
+    assert k["launch_type"].dtype == np.int8 and set(k["launch_type"][replays].tolist()) == {-1}
+    assert k["stream"].dtype == np.int32 and k["correlation_id"].dtype == np.int32
+    assert k["device_id"].strides == (0,) and np.all(np.diff(k["start"]) >= 0)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -12,7 +13,7 @@ from perfdoctor import api
 from perfdoctor.classify.timeline import category_mask, kernel_classes
 from perfdoctor.load.run import load_run
 from perfdoctor.measure import intervals as iv
-from perfdoctor.measure.kernel_mix import kernel_mix, unfused_kind
+from perfdoctor.measure.kernel_mix import mix_evidence, mix_per_step, unfused_kind
 from perfdoctor.measure.steps import Steps
 from perfdoctor.model import Timeline, TraceInfo
 from perfdoctor.synth import run_scenario
@@ -83,7 +84,8 @@ def _mix(directory: Path):
     tl = run.timelines[0]
     kcls = kernel_classes(tl.kernels)
     start, end = int(tl.kernels["start"].min()), int(tl.kernels["end"].max())
-    return kernel_mix(tl, kcls, Steps(np.array([start]), np.array([end]), "window"), _compute(tl, kcls))
+    per_step = mix_per_step(tl, kcls, Steps(np.array([start]), np.array([end]), "window"), _compute(tl, kcls))
+    return SimpleNamespace(**vars(per_step), **vars(mix_evidence(tl, kcls)))
 
 
 def _compute(tl: Timeline, kcls: Table) -> iv.Intervals:
@@ -136,6 +138,6 @@ def test_exposed_host_copies() -> None:
         [(50, 150, 1), (200, 250, 2), (320, 380, 1), (500, 900, 8), (1050, 1100, 2)],
     )
     kcls = kernel_classes(tl.kernels)
-    mix = kernel_mix(tl, kcls, Steps(np.array([0, 600]), np.array([600, 1200]), "nvtx-step"), _compute(tl, kcls))
+    mix = mix_per_step(tl, kcls, Steps(np.array([0, 600]), np.array([600, 1200]), "nvtx-step"), _compute(tl, kcls))
     # step 0: 100..150 (50) + 200..250 (50) + 320..380 under NCCL (60); step 1: copy under the GEMM
     assert mix.memcpy_exposed_ns.tolist() == [160.0, 0.0]

@@ -64,6 +64,12 @@ def test_real_trace_loads_every_gpu_event(path: Path) -> None:
     assert info.rank == data["distributedInfo"]["rank"]
     nccl = sum(1 for e in kernels if e["name"].startswith("nccl"))
     assert sum(int(t.kernels["short_name"].where(lambda n: str(n).startswith("nccl")).sum()) for t in timelines) == nccl
+    for t in timelines:  # the timeline's device and process: one value each, held once
+        for table in (t.kernels, t.memcpy, t.memset):
+            if len(table) > 1:
+                assert table["device_id"].tolist() == [t.device_id] * len(table) and table["device_id"].strides == (0,)
+                assert table["global_pid"].tolist() == [t.global_pid] * len(table)
+                assert table["global_pid"].strides == (0,)
 
 
 def test_real_nccl_trace_labels_groups_from_process_group_args() -> None:

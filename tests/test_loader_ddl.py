@@ -337,19 +337,20 @@ def test_kernels_split_by_device(loaded: tuple[Release, TraceInfo, list[Timeline
     assert list(a0["correlation_id"]) == [11, 12] and list(a0["stream"]) == [7, 20]
     assert list(a0["start"]) == [1000, 1500] and list(a0["end"]) == [2000, 3000]
     assert list(a0["grid_x"]) == [132, 24] and list(a0["block_x"]) == [256, 256]
-    assert list(a0["launch_type"]) == [1, 1]
+    assert list(a0["launch_type"]) == [1, 1] and a0["launch_type"].dtype.name == "int8"
     assert list(tls[(PID_A, 1)].kernels["correlation_id"]) == [13]
     assert list(tls[(PID_B, 1)].kernels["grid_x"]) == [33]
 
 
-def test_a_timeline_s_process_column_is_its_process_held_once(
+def test_a_timeline_s_process_and_device_columns_are_held_once(
         loaded: tuple[Release, TraceInfo, list[Timeline]]) -> None:
     _, _, timelines = loaded
     for tl in timelines:
-        for table in (tl.kernels, tl.memcpy, tl.memset):
-            if len(table):
-                pids = table["global_pid"]
+        for table in (tl.kernels, tl.memcpy, tl.memset, tl.sync):
+            if len(table) > 1:
+                pids, devices = table["global_pid"], table["device_id"]
                 assert pids.tolist() == [tl.global_pid] * len(table) and pids.strides == (0,)
+                assert devices.tolist() == [tl.device_id] * len(table) and devices.strides == (0,)
 
 
 def test_every_gpu_op_finds_its_launch_call(loaded: tuple[Release, TraceInfo, list[Timeline]]) -> None:

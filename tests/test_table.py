@@ -7,7 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from perfdoctor.table import Strings, Table, factorize
+from perfdoctor.table import Strings, Table, factorize, is_repeated, repeated
+from perfdoctor.width import code_type, fitted
 
 
 def _reference(values: list, sort: bool, keep_missing: bool) -> tuple[list[int], list]:
@@ -35,6 +36,8 @@ CASES = {
     "sparse ints": lambda rng: rng.integers(-(2**62), 2**62, 500),
     "uint64 near the top": lambda rng: (np.uint64(2**64 - 1) - rng.integers(0, 40, 300).astype(np.uint64)),
     "int8 over its whole range": lambda rng: rng.integers(-128, 128, 900).astype(np.int8),
+    "int8 over part of its range": lambda rng: rng.integers(-100, 101, 900).astype(np.int8),  # a shift wraps
+    "int16 codes with -1": lambda rng: rng.integers(-1, 32767, 900).astype(np.int16),
     "negative int32": lambda rng: rng.integers(-70, -3, 500).astype(np.int32),
     "bools": lambda rng: rng.integers(0, 2, 100).astype(bool),
     "floats with NaN": lambda rng: np.where(rng.random(400) < 0.2, np.nan, rng.integers(0, 9, 400).astype(float)),
@@ -115,3 +118,28 @@ def test_factorize_objects_without_floats_matches_the_value_by_value_path() -> N
             codes2, distinct2 = factorize(with_nan, keep_missing=keep_missing)
             assert codes.tolist() == codes2[:-1].tolist()
             assert distinct.tolist() == (distinct2[:-1] if keep_missing else distinct2).tolist()
+
+
+def test_a_repeated_column_stays_one_value_through_take() -> None:
+    """A timeline's process and device columns are one value broadcast: taking rows must not copy it per
+    row, and must give the rows a plain column would."""
+    t = Table({"start": np.array([30, 10, 20, 40]), "pid": repeated(np.array([7], dtype=np.int64), 4)})
+    assert is_repeated(t["pid"]) and not is_repeated(t["start"])
+    for rows in (np.array([2, 0, 0]), t["start"] > 15, slice(1, None), slice(None, None, -2), np.zeros(0, np.int64)):
+        taken = t.take(rows)
+        assert taken.col("pid").tolist() == [7] * len(taken) and len(taken) == t["start"][rows].size
+        assert taken["pid"].dtype == np.int64 and (len(taken) < 2 or is_repeated(taken["pid"]))
+    assert t.sorted_by("start").col("pid").tolist() == [7] * 4 and t.sorted_by("start")["pid"].strides == (0,)
+    with pytest.raises(IndexError):
+        t.take(np.array([True, False]))
+
+
+def test_codes_are_as_narrow_as_their_distinct_values_allow() -> None:
+    assert [code_type(n) for n in (0, 127, 128, 32767, 32768)] == [np.int8, np.int8, np.int16, np.int16, np.int32]
+    assert Strings.encode(["a", "b", None]).codes.dtype == np.int8
+    many = Strings.encode([f"k{i}" for i in range(300)])
+    assert many.codes.dtype == np.int16 and many.decode().tolist() == [f"k{i}" for i in range(300)]
+    both = Strings.concat([Strings.encode(["a"]), many])
+    assert both.codes.dtype == np.int16 and both.decode().tolist() == ["a", *(f"k{i}" for i in range(300))]
+    assert fitted(np.array([0, 2]), np.int8).dtype == np.int8
+    assert fitted(np.array([0, 200]), np.int8).tolist() == [0, 200]  # does not fit: kept exact

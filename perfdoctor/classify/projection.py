@@ -47,6 +47,11 @@ def calls_of(corr: np.ndarray, api: Table) -> tuple[np.ndarray, np.ndarray, np.n
     return out[0], out[1], out[2]
 
 
+def rows_of(api: Table, corr: np.ndarray) -> np.ndarray:
+    """Rows of ``api`` holding the correlation ids ``corr`` (those found), in the order of ``corr``."""
+    return _rows_of(api, corr)[0] if corr.size and len(api) else np.zeros(0, dtype=np.int64)
+
+
 def _rows_of(api: Table, want: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Row of ``api`` holding each correlation id of ``want`` (for the ``hit`` ones; ids <= 0 never match)."""
     table = _lookup_table(api)

@@ -11,6 +11,7 @@ import numpy as np
 from perfdoctor.classify.kernels import classify_memcpy, classify_names
 from perfdoctor.memo import per_object
 from perfdoctor.table import Strings, Table, factorize
+from perfdoctor.width import code_type
 
 
 @per_object
@@ -26,7 +27,7 @@ def name_pairs(kernels: Table) -> tuple[np.ndarray, list[str], list[str | None]]
     width = len(demangled.values) + 1
     pair = short.codes.astype(np.int64) * width + demangled.codes
     inverse, pairs = factorize(pair)
-    inverse = inverse.astype(np.int32)  # kept for the timeline's life: half the width (pairs are few)
+    inverse = inverse.astype(code_type(pairs.size))  # kept for the timeline's life: as narrow as the pairs are few
     shorts = [str(short.values[p // width]) for p in pairs]
     demangleds = [_text(demangled.values[p % width]) if 0 <= p % width < width - 1 else None for p in pairs]
     return inverse, shorts, demangleds
@@ -42,14 +43,15 @@ Coded = tuple[np.ndarray, list]  # per row an index into the list of distinct va
 
 def kernel_classes(kernels: Table) -> Table:
     """Columns ``category``, ``collective``, ``library`` (:class:`Strings`, None where not applicable),
-    aligned with ``kernels``. Measurements ask their questions through ``class_codes`` / ``class_mask``."""
+    aligned with ``kernels``, their codes as narrow as their few values allow (int8: a byte per kernel and
+    column). Measurements ask their questions through ``class_codes`` / ``class_mask``."""
     if not len(kernels):
         return _frame(*(np.zeros(0, dtype=object),) * 3)
     inverse, shorts, demangleds = name_pairs(kernels)
     columns = {}
     for column, values in zip(CLASS_COLUMNS, classify_names(shorts, demangleds)):
         pair_codes, distinct = factorize(np.asarray(values, dtype=object), keep_missing=True)
-        columns[column] = Strings(pair_codes.astype(np.int32)[inverse], distinct)
+        columns[column] = Strings(pair_codes.astype(code_type(distinct.size))[inverse], distinct)
     return Table(columns, rows=len(kernels))
 
 

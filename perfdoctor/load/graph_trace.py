@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from perfdoctor.table import Strings, Table
+from perfdoctor.width import code_type, fitted
 
 if TYPE_CHECKING:
     from perfdoctor.load.sqlite_export import SqliteExport
@@ -52,7 +53,8 @@ def read_replays(db: SqliteExport, warnings: list[str]) -> Table | None:
     rows = {c: _filled(raw.col(c)) for c in wanted}
     graph_ids = rows.pop("graph_id")
     uniq, inverse = np.unique(graph_ids, return_inverse=True)
-    names = Strings(inverse.reshape(-1).astype(np.int32), np.array([replay_name(int(g)) for g in uniq], dtype=object))
+    names = Strings(inverse.reshape(-1).astype(code_type(uniq.size)),
+                    np.array([replay_name(int(g)) for g in uniq], dtype=object))
     replays = Table(rows)
     replays["short_name"] = names
     replays["demangled_name"] = names
@@ -67,15 +69,23 @@ def read_replays(db: SqliteExport, warnings: list[str]) -> Table | None:
 
 def with_replays(kernels: Table, replays: Table | None) -> Table:
     """``kernels`` plus the graph replays as rows (sorted by start, as the loader keeps kernels); the
-    kernel columns a replay lacks (launch type, geometry) are -1."""
+    kernel columns a replay lacks (launch type, geometry) are -1. The merged columns keep the kernels'
+    widths where the replays' values fit them."""
     if replays is None or not len(replays):
         return kernels
     if not len(kernels.columns):
         return replays
-    rows = Table({c: replays[c] if c in replays else np.full(len(replays), -1, dtype=np.int64)
+    rows = Table({c: _as_in(replays[c] if c in replays else np.full(len(replays), -1, dtype=np.int64), kernels[c])
                   for c in kernels.columns}, rows=len(replays))
     merged = Table.concat([kernels, rows]) if len(kernels) else rows
     return merged.sorted_by("start")
+
+
+def _as_in(values: np.ndarray | Strings, column: np.ndarray | Strings) -> np.ndarray | Strings:
+    """Integer ``values`` at the width of the kernels' ``column`` when they fit it."""
+    if isinstance(values, Strings) or isinstance(column, Strings) or column.dtype.kind not in "iu":
+        return values
+    return fitted(values, column.dtype.type)
 
 
 def _filled(values: np.ndarray) -> np.ndarray:

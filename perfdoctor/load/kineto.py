@@ -49,7 +49,8 @@ import numpy as np
 
 from perfdoctor.errors import InputError
 from perfdoctor.model import GpuInfo, Timeline, TraceInfo
-from perfdoctor.table import Strings, Table
+from perfdoctor.table import Strings, Table, repeated
+from perfdoctor.width import code_type
 
 FORMAT = "kineto-json"
 GZIP_MAGIC = b"\x1f\x8b"
@@ -677,8 +678,13 @@ def _with_marks(ranges: Table, text: np.ndarray, domain: np.ndarray,
 
 
 def _on(frame: Table, device: int) -> Table:
+    """The rows on one device; their device column is then that one value, held once (as ``global_pid``)."""
     keep = frame["device_id"] == device
-    return frame if keep.all() else frame.take(keep)
+    rows = frame if keep.all() else frame.take(keep)
+    if not len(rows):
+        return rows
+    return Table({c: repeated(rows[c], len(rows)) if c == "device_id" else rows[c] for c in rows.columns},
+                 rows=len(rows))
 
 
 def _categorical(codes: np.ndarray, strings: np.ndarray, clean: Any = None) -> Strings:
@@ -687,7 +693,8 @@ def _categorical(codes: np.ndarray, strings: np.ndarray, clean: Any = None) -> S
     values = np.array([clean(s) if clean else s for s in strings[used]], dtype=object) if used.size else \
         np.zeros(0, dtype=object)
     cats, remap = np.unique(values, return_inverse=True) if values.size else (values, np.zeros(0, dtype=np.int64))
-    return Strings(remap[inverse.reshape(-1)].astype(np.int32) if used.size else np.zeros(0, dtype=np.int32), cats)
+    kind = code_type(cats.size)
+    return Strings(remap[inverse.reshape(-1)].astype(kind) if used.size else np.zeros(0, dtype=kind), cats)
 
 
 def _kernels(c: _Collector, ns: Any, strings: np.ndarray, gpid: int) -> Table:
@@ -699,12 +706,12 @@ def _kernels(c: _Collector, ns: Any, strings: np.ndarray, gpid: int) -> Table:
     frame = Table({
         "start": start, "end": end, "stream": c.cols.get("kernel.stream", np.int64),
         "correlation_id": c.cols.get("kernel.corr", np.int64),
-        "launch_type": np.zeros(start.size, dtype=np.int64),  # Kineto does not record cooperative launches
+        "launch_type": repeated(np.zeros(1, dtype=np.int8), start.size),  # Kineto records no cooperative launch
         **{f"{kind}_{axis}": dims[kind][:, i] for kind in ("grid", "block") for i, axis in enumerate("xyz")},
         "short_name": _categorical(names, strings, short_kernel_name),
         "demangled_name": _categorical(names, strings),
         "device_id": c.cols.get("kernel.device", np.int64),
-        "global_pid": np.full(start.size, gpid, dtype=np.int64),
+        "global_pid": repeated(np.array([gpid], dtype=np.int64), start.size),
     })
     if c.pg:
         pg_name, pg_desc = c.cols.get("kernel.pg_name", np.int64), c.cols.get("kernel.pg_desc", np.int64)
@@ -722,7 +729,7 @@ def _device_frame(c: _Collector, prefix: str, ns: Any, gpid: int, extra: dict[st
                           "correlation_id": c.cols.get(f"{prefix}.corr", np.int64),
                           **{k: c.cols.get(v, np.int64) for k, v in extra.items()},
                           "device_id": c.cols.get(f"{prefix}.device", np.int64),
-                          "global_pid": np.full(start.size, gpid, dtype=np.int64)})
+                          "global_pid": repeated(np.array([gpid], dtype=np.int64), start.size)})
     return frame.sorted_by("start")
 
 

@@ -25,7 +25,8 @@ from perfdoctor.load.nccl_payload import read_payloads
 from perfdoctor.load.pieces import Pieces
 from perfdoctor.load.sqlite_export import SqliteExport
 from perfdoctor.model import GpuInfo, Timeline, TraceInfo
-from perfdoctor.table import Strings, Table, factorize
+from perfdoctor.table import Strings, Table, factorize, repeated
+from perfdoctor.width import code_type, fitted
 
 # Newest export schema we have seen documented (nsys 2026.5); newer ones are read with a warning.
 KNOWN_SCHEMA = (3, 30)
@@ -60,9 +61,9 @@ NAME_COLUMNS = ("short_name", "demangled_name", "name")  # dictionary-encoded te
 # largest id; beyond it (sparse ids, or a damaged one near 2**63) they are sorted instead.
 _DENSE_IDS_PER_ROW = 4
 _DENSE_IDS = 1 << 22
-# Kernel (and, for the correlation id, CUDA call) columns stored as int32 when their values fit: CUPTI's
-# 32-bit fields, so they always do in nsys' exports.
-NARROW_COLUMNS = ("device_id", "stream", "launch_type", "correlation_id")
+# Kernel (and, for the correlation id, CUDA call) columns stored narrow when their values fit: CUPTI's
+# 32-bit fields, so they always do in nsys' exports; the launch type is one of three values.
+NARROW_COLUMNS = {"device_id": np.int32, "stream": np.int32, "launch_type": np.int8, "correlation_id": np.int32}
 _API_VERSION_SUFFIX = re.compile(r"_v\d+$")
 _ENV_ROW = re.compile(r"^PROCESS_\d+:ENVIRONMENT_VARIABLE$")
 
@@ -316,9 +317,10 @@ def read_timelines(db: SqliteExport, info: TraceInfo, *, detail: bool = True) ->
     return timelines
 
 
-# Routed columns held at 32 bits where their values fit (CUPTI's 32-bit fields and string ids): what waits
+# Routed columns held narrow where their values fit (CUPTI's 32-bit fields and string ids): what waits
 # for its timeline is a third smaller. A row's globalPid is its process: not held at all.
-ROUTED_NARROW = {"kernels": (*NARROW_COLUMNS, "short_id", "demangled_id"), "api": ("correlation_id", "name_id")}
+ROUTED_NARROW = {"kernels": {**NARROW_COLUMNS, "short_id": np.int32, "demangled_id": np.int32},
+                 "api": {"correlation_id": np.int32, "name_id": np.int32}}
 
 
 def _route(db: SqliteExport, pieces: Pieces, specs: list[tuple[str, str, dict[str, str], str]]) -> None:
@@ -331,7 +333,8 @@ def _route(db: SqliteExport, pieces: Pieces, specs: list[tuple[str, str, dict[st
         with _values_of(table):
             rows = _integers(raw, list(wanted))
             process = rows[key] & PID_MASK if key == "tid" else rows[key]
-            kept = {c: _narrow(rows[c]) if c in narrow else rows[c] for c in rows.columns if c != "global_pid"}
+            kept = {c: _narrow(rows[c], narrow[c]) if c in narrow else rows[c]
+                    for c in rows.columns if c != "global_pid"}
             pieces.add(name, process, Table(kept, rows=len(rows)))
 
 
@@ -369,8 +372,7 @@ class _Filler:
                      "memset": _no_memset}[name](self.detail)
         else:
             rows = self.pieces.take(name, gpid) if gpid is not None else None
-            if rows is None:
-                rows = self.pieces.shape(name)
+            rows = _one_device(rows) if rows is not None else self.pieces.shape(name)
             table = (_kernels(rows, self.strings) if name == "kernels" else
                      _api_calls(rows, self.strings) if name == "api" else rows)
             if name != "api":  # the process's own id, as every row had it (the key it was routed by)
@@ -393,17 +395,31 @@ def _pairs(table: Table) -> list[tuple[int, int]]:
 
 def _part(rows: Table, device: int | None, gpid: int) -> Table:
     """A process's rows of one table, restricted to one device where the table has devices. Its
-    ``global_pid`` column is then one value repeated: held as a read-only broadcast of it (8 bytes instead
-    of 80 MB per 10M kernels, for the timeline's life; no measurement reads it)."""
+    ``global_pid`` and ``device_id`` columns are then one value repeated: each held as a read-only
+    broadcast of it (8 bytes instead of 80 and 40 MB per 10M kernels, for the timeline's life; no
+    measurement reads them, the Timeline says both)."""
     if device is not None and "device_id" in rows:
         keep = rows["device_id"] == device
         if not keep.all():  # one device per process (the usual case): no copy
             rows = rows.take(keep)
-    if "global_pid" in rows and len(rows):
+    if len(rows) and ("global_pid" in rows or "device_id" in rows):
         columns = {name: rows[name] for name in rows.columns}
-        columns["global_pid"] = np.broadcast_to(np.int64(gpid), len(rows))
+        if "global_pid" in rows:
+            columns["global_pid"] = np.broadcast_to(np.int64(gpid), len(rows))
+        if device is not None and "device_id" in rows:
+            columns["device_id"] = repeated(rows["device_id"], len(rows))
         rows = Table(columns, rows=len(rows))
     return rows
+
+
+def _one_device(rows: Table) -> Table:
+    """A process's routed rows with its device column held once when it used one device (the usual case):
+    not copied when the rows are sorted (:meth:`Table.take` keeps a broadcast one)."""
+    device = rows.get("device_id")
+    if device is None or len(rows) < 2 or device.min() != device.max():
+        return rows
+    return Table({c: repeated(device, len(rows)) if c == "device_id" else rows[c] for c in rows.columns},
+                 rows=len(rows))
 
 
 def _group_by_pid(table: Table, *, by_tid: bool) -> dict[int, Table]:
@@ -485,8 +501,8 @@ def _names(ids: np.ndarray, strings: StringIds, clean: re.Pattern[str] | None = 
     # Cleaning can merge names (cudaLaunchKernel_v7000 / _v11000): categories must stay unique.
     cats, remap = np.unique(values, return_inverse=True)
     if id_codes is not None:
-        return Strings(remap.astype(np.int32)[id_codes], cats)
-    code_of_id = np.zeros(int(uniq[-1]) + 1 if uniq.size else 1, dtype=np.int32)
+        return Strings(remap.astype(code_type(cats.size))[id_codes], cats)
+    code_of_id = np.zeros(int(uniq[-1]) + 1 if uniq.size else 1, dtype=code_type(cats.size))
     code_of_id[uniq] = remap
     return Strings(code_of_id[ids], cats)
 
@@ -516,13 +532,10 @@ def _is_int64(value: object) -> bool:
         isinstance(value, float) and abs(value) < INT64_LIMIT)
 
 
-def _narrow(column: np.ndarray) -> np.ndarray:
-    """A small-valued integer column (device, stream, launch type: CUPTI's 32-bit fields) as int32 when
-    every value fits: 40 instead of 80 MB per column at 10M kernels."""
-    info = np.iinfo(np.int32)
-    if column.size and (column.min() < info.min or column.max() > info.max):
-        return column
-    return column.astype(np.int32, copy=False)
+def _narrow(column: np.ndarray, kind: type[np.integer] = np.int32) -> np.ndarray:
+    """A small-valued integer column (device, stream, launch type: CUPTI's 32-bit fields) as ``kind`` when
+    every value fits: 40 (int32) or 10 (int8) instead of 80 MB per column at 10M kernels."""
+    return fitted(column, kind)
 
 
 def _integers(raw: Table, columns: list[str]) -> Table:
@@ -590,8 +603,8 @@ def _kernels(rows: Table, strings: StringIds) -> Table:
     """One process's kernel rows (integers, NULLs filled): narrowed, named, sorted by start once here, so
     no measurement has to sort again."""
     out = Table({c: rows[c] for c in rows.columns if c not in ("short_id", "demangled_id")}, rows=len(rows))
-    for column in NARROW_COLUMNS:
-        out[column] = _narrow(out[column])
+    for column, kind in NARROW_COLUMNS.items():
+        out[column] = _narrow(out[column], kind)
     out["short_name"] = _names(rows["short_id"], strings)
     out["demangled_name"] = _names(rows["demangled_id"], strings)
     return out.sorted_by("start")
@@ -750,5 +763,5 @@ def _empty(columns: list[str]) -> Table:
     table = Table.empty(c for c in columns if c not in NAME_COLUMNS)
     for c in columns:
         if c in NAME_COLUMNS:
-            table[c] = Strings(np.zeros(0, dtype=np.int32), np.zeros(0, dtype=object))
+            table[c] = Strings(np.zeros(0, dtype=code_type(0)), np.zeros(0, dtype=object))
     return Table({c: table[c] for c in columns}, rows=0)

@@ -68,10 +68,14 @@ def gpu_activity(tl: Timeline) -> tuple[np.ndarray, np.ndarray]:
             np.concatenate([p.col("end") for p in parts] or [np.zeros(0, dtype=np.int64)]))
 
 
+def comm_masks(kcls: Table, ccls: Table) -> tuple[np.ndarray, np.ndarray]:
+    """The communication kernels and copies (peer copies), as masks over their tables."""
+    return category_mask(kcls, "comm"), ccls["category"].mask("comm") if len(ccls) else np.zeros(0, dtype=bool)
+
+
 def activity(tl: Timeline, kcls: Table, ccls: Table) -> Activity:
     k, cp = tl.kernels, tl.memcpy
-    k_comm = category_mask(kcls, "comm")
-    c_comm = ccls["category"].mask("comm") if len(cp) else np.zeros(0, dtype=bool)
+    k_comm, c_comm = comm_masks(kcls, ccls)
     k_start, k_end = k.col("start"), k.col("end")
     comm = iv.union(np.concatenate([k_start[k_comm], cp.col("start")[c_comm]]),
                     np.concatenate([k_end[k_comm], cp.col("end")[c_comm]]))

@@ -7,7 +7,7 @@ import numpy as np
 
 from perfdoctor.classify.timeline import Coded, class_codes
 from perfdoctor.measure import intervals as iv
-from perfdoctor.measure.activity import Activity, gpu_activity
+from perfdoctor.measure.activity import Activity, comm_masks, gpu_activity
 from perfdoctor.measure.steps import Steps
 from perfdoctor.model import DeviceSummary, Timeline
 from perfdoctor.table import Table, factorize
@@ -16,20 +16,23 @@ TOP_KERNELS = 10
 SLICE = 1 << 18  # kernels tallied at a time
 # Stream numbers or (name, category) pairs spanning up to this many per kernel (plus the slack) are bincounted.
 _DENSE_PER_ROW, _DENSE_SLACK = 4, 1024
+NEVER = np.iinfo(np.int64).max  # perfdoctor.measure.windows: a window owning all time before or after
 
 
-def summarize(tl: Timeline, kcls: Table, ccls: Table, act: Activity,
-              steps: Steps | None) -> DeviceSummary:
+def summarize(tl: Timeline, kcls: Table, ccls: Table, steps: Steps | None,
+              measured: tuple[int, int, int]) -> DeviceSummary:
     """Breakdown of one timeline; a CPU-only timeline gets its NVTX window and zero GPU numbers.
 
-    ``kcls``/``ccls`` are the taxonomy of its kernels and copies (:mod:`perfdoctor.classify.timeline`).
+    ``kcls``/``ccls`` are the taxonomy of its kernels and copies (:mod:`perfdoctor.classify.timeline`);
+    ``measured`` the ns its device was busy, computing and communicating (:func:`measured_ns`, summed over
+    the timeline's windows).
     """
     k, cp, ms = tl.kernels, tl.memcpy, tl.memset
     c_dur = (cp["end"] - cp["start"]).astype(np.float64)
 
     window = activity_window(tl)
 
-    k_comm, c_comm = act.comm_kernels, act.comm_copies
+    k_comm, c_comm = comm_masks(kcls, ccls)
 
     kc, cc = class_codes(kcls), class_codes(ccls)
     tallies = _KernelTallies(k, kc, k_comm)
@@ -59,9 +62,9 @@ def summarize(tl: Timeline, kcls: Table, ccls: Table, act: Activity,
         step_ns=[int(d) for d in steps.durations] if steps else [],
         kernel_count=len(k),
         comm_kernel_count=int(k_comm.sum()),
-        busy_ns=iv.measure_within(act.busy, *window) if window else 0,
-        compute_ns=iv.measure(act.compute),
-        comm_ns=iv.measure(act.comm),
+        busy_ns=measured[0] if window else 0,
+        compute_ns=measured[1],
+        comm_ns=measured[2],
         category_ns=category_ns,
         category_count=category_count,
         collectives=collectives,
@@ -79,6 +82,12 @@ def summarize(tl: Timeline, kcls: Table, ccls: Table, act: Activity,
         excluded_ns=int(max(0, steps.starts[0] - window[0])) if steps and len(steps) and window else 0,
         excluded_ranges=list(steps.excluded) if steps else [],
     )
+
+
+def measured_ns(act: Activity, owns: tuple[int, int]) -> tuple[int, int, int]:
+    """The ns of ``owns`` (a window's own time: perfdoctor.measure.windows) the device was busy, computing
+    and communicating; the windows' sums are the whole timeline's measures."""
+    return tuple(iv.measure_within(s, *owns) for s in (act.busy, act.compute, act.comm))
 
 
 def activity_window(tl: Timeline) -> tuple[int, int] | None:

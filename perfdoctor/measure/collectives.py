@@ -64,9 +64,9 @@ class Collectives:
         return int(self.start.size)
 
 
-def collectives(tl: Timeline, act: Activity, steps: Steps, groups: GroupLabels, by_group: GroupComm,
-                gaps: HostGaps) -> Collectives:
-    """The collective instances of ``tl`` with their context (see the module docstring)."""
+def collectives(tl: Timeline, steps: Steps, groups: GroupLabels) -> Collectives:
+    """The collective instances of ``tl`` (see the module docstring), their context still zero: each window
+    of the timeline's steps adds it (:func:`add_context`), from its own interval sets."""
     k = tl.kernels
     k_start, k_end = k.col("start"), k.col("end")
     idx = np.flatnonzero(groups.codes >= 0)  # kernels are sorted by start, so instances are too
@@ -92,28 +92,47 @@ def collectives(tl: Timeline, act: Activity, steps: Steps, groups: GroupLabels, 
         mine = np.flatnonzero(group == g)
         prev_end[mine[1:]] = np.maximum.accumulate(end[mine[:-1]])
     before = np.minimum(np.maximum(before, prev_end), start)
-
-    others = {}
-    exposed = {}
-    for g in np.unique(group):
-        exposed[GROUPS[g]] = by_group.exposed[g]
-        others[g] = iv.subtract(act.comm, by_group.busy[g])
-    other_comm = np.zeros(start.size, dtype=np.int64)
-    for g, rest in others.items():
-        mine = group == g
-        other_comm[mine] = iv.overlap_per_interval(before[mine], start[mine], rest)
-    # The gaps of a cause are separate already (they touch only where a step boundary split one), which is
-    # all the overlaps need: no merged copy of them (at 10M kernels, millions of gaps).
-    idle = {c: iv.overlap_per_interval(before, start, _separate(gaps.spans[c])) if c in gaps.spans
-            else np.zeros(start.size, dtype=np.int64) for c in CAUSES}
+    zero = np.zeros(start.size, dtype=np.int64)
     return Collectives(
         group=group, comm=comm, stream=stream_place, seq=seq, start=start, end=end,
         bytes=np.full(start.size, -1, dtype=np.int64), before_start=before,
-        before_compute=iv.overlap_per_interval(before, start, act.compute), before_other_comm=other_comm,
-        before_idle=idle, long_calls=_long_calls(tl.api),
-        step_starts=steps.starts, step_ends=steps.ends, session_start_utc_ns=tl.trace.session_start_utc_ns,
-        exposed=exposed,
+        before_compute=zero, before_other_comm=zero.copy(), before_idle={c: zero.copy() for c in CAUSES},
+        long_calls=_long_calls(tl.api), step_starts=steps.starts, step_ends=steps.ends,
+        session_start_utc_ns=tl.trace.session_start_utc_ns,
+        exposed={GROUPS[g]: ([], []) for g in np.unique(group)},  # the windows' parts, joined by finish()
     )
+
+
+def add_context(c: Collectives, owns: tuple[int, int], act: Activity, by_group: GroupComm, gaps: HostGaps) -> None:
+    """What the rank did before each arrival in ``owns`` (a window's own time: perfdoctor.measure.windows),
+    from the window's interval sets, and the window's part of each group's exposed comm. The interval
+    before an arrival lies in the arrival's step, inside the window's span."""
+    a, b = np.searchsorted(c.start, owns, side="left")
+    group, before, start = c.group[a:b], c.before_start[a:b], c.start[a:b]
+    for g in np.unique(group):
+        mine = np.flatnonzero(group == g)
+        rest = iv.subtract(act.comm, by_group.busy[g])
+        c.before_other_comm[a + mine] = iv.overlap_per_interval(before[mine], start[mine], rest)
+    c.before_compute[a:b] = iv.overlap_per_interval(before, start, act.compute)
+    # The gaps of a cause are separate already (they touch only where a step boundary split one), which is
+    # all the overlaps need: no merged copy of them.
+    for cause in gaps.spans:
+        c.before_idle[cause][a:b] = iv.overlap_per_interval(before, start, _separate(gaps.spans[cause]))
+    whole = owns[0] <= np.iinfo(np.int64).min + 1 and owns[1] >= np.iinfo(np.int64).max
+    for name, (starts, ends) in c.exposed.items():
+        part = by_group.exposed[GROUPS.index(name)]
+        part = part if whole else iv.clip(part, *owns)
+        starts.append(part[0])
+        ends.append(part[1])
+
+
+def finish(c: Collectives) -> Collectives:
+    """``c`` with each group's exposed comm joined from its windows' parts (touching parts merged, as one
+    union over the whole timeline has them)."""
+    for name, (starts, ends) in c.exposed.items():
+        c.exposed[name] = (starts[0], ends[0]) if len(starts) == 1 else iv.union(np.concatenate(starts),
+                                                                                   np.concatenate(ends))
+    return c
 
 
 def _separate(spans: iv.Intervals) -> iv.Intervals:

@@ -20,7 +20,7 @@ from perfdoctor.classify.groups import GROUPS, GroupLabels
 from perfdoctor.classify.timeline import class_codes
 from perfdoctor.measure import intervals as iv
 from perfdoctor.measure.activity import Activity, GroupComm
-from perfdoctor.measure.host import CAUSES, host_gaps
+from perfdoctor.measure.host import CAUSES, HostContext, host_gaps
 from perfdoctor.measure.layernorm import blocked_norms
 from perfdoctor.measure.steps import Steps
 from perfdoctor.model import Timeline
@@ -60,10 +60,12 @@ def representative_step(steps: Steps) -> int:
 
 def excerpt(tl: Timeline, kcls: Table, act: Activity, steps: Steps, groups: GroupLabels, by_group: GroupComm,
             config: dict[str, Any], width_px: int = WIDTH_PX, max_rects: int = MAX_RECTS,
-            step_index: int | None = None, with_groups: bool = False) -> Excerpt | None:
+            step_index: int | None = None, with_groups: bool = False,
+            context: HostContext | None = None) -> Excerpt | None:
     """The excerpt of one timeline, or None when it has no kernels or no steps. ``step_index``: draw that
     step instead of the representative one; ``with_groups``: kernels of different parallel groups are never
-    merged, and each rectangle names its group (``None`` for compute)."""
+    merged, and each rectangle names its group (``None`` for compute). ``context``: the whole timeline's, when
+    ``tl`` is a window of its steps (perfdoctor.measure.windows)."""
     if tl.device_id is None or not len(steps) or not len(tl.kernels):
         return None
     i = representative_step(steps) if step_index is None else step_index
@@ -104,7 +106,7 @@ def excerpt(tl: Timeline, kcls: Table, act: Activity, steps: Steps, groups: Grou
         for rect in out.rects:
             rect["category"], _, g = rect["category"].partition(GROUP_SEP)
             rect["group"] = g or None
-    out.highlights = highlights(tl, kcls, act, one, groups, by_group, config, pixel)[:MAX_HIGHLIGHTS]
+    out.highlights = highlights(tl, kcls, act, one, groups, by_group, config, pixel, context)[:MAX_HIGHLIGHTS]
     return out
 
 
@@ -139,7 +141,7 @@ def merge_runs(start: np.ndarray, end: np.ndarray, stream: np.ndarray, category:
 
 
 def highlights(tl: Timeline, kcls: Table, act: Activity, one: Steps, groups: GroupLabels, by_group: GroupComm,
-                config: dict[str, Any], pixel: float) -> list[dict[str, Any]]:
+                config: dict[str, Any], pixel: float, context: HostContext | None = None) -> list[dict[str, Any]]:
     lo, hi = int(one.starts[0]), int(one.ends[0])
     k = tl.kernels
     start = k.col("start")
@@ -157,7 +159,7 @@ def highlights(tl: Timeline, kcls: Table, act: Activity, one: Steps, groups: Gro
                 add("exposed_comm", g, by_group.exposed[i])
     else:
         add("exposed_comm", "unlabelled", act.exposed_comm)
-    gaps = host_gaps(tl, one, act.busy)
+    gaps = host_gaps(tl, one, act.busy, context)
     for cause in CAUSES:
         spans = gaps.spans.get(cause, iv.EMPTY)
         add("host_gap", cause, spans)

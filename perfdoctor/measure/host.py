@@ -103,8 +103,11 @@ class HostGaps:
 WINDOW_OPS = 1 << 18
 
 
-def host_gaps(tl: Timeline, steps: Steps, busy: iv.Intervals) -> HostGaps:
-    """Attribute every idle interval of ``busy`` inside the steps, summed per step and cause."""
+def host_gaps(tl: Timeline, steps: Steps, busy: iv.Intervals, context: HostContext | None = None,
+              next_start: int | None = None) -> HostGaps:
+    """Attribute every idle interval of ``busy`` inside the steps, summed per step and cause. For a window of
+    a timeline's steps (perfdoctor.measure.windows), ``context`` is the whole timeline's and ``next_start``
+    the start of the step after the window's last."""
     n = len(steps)
     width = len(CAUSES) + 1  # column 0 the device-side waits
     table = np.zeros((n, width))
@@ -114,7 +117,7 @@ def host_gaps(tl: Timeline, steps: Steps, busy: iv.Intervals) -> HostGaps:
     spans = {c: (iv.Column(bound), iv.Column(bound)) for c in CAUSES}
     waits = iv.Column(bound), iv.Column(bound)
     windows = 0
-    for gaps in _windows(tl, steps, busy):
+    for gaps in _windows(tl, steps, busy, context, next_start):
         windows += 1
         g0, g1, cause, step_of = gaps.start, gaps.end, gaps.cause, gaps.step
         length = (g1 - g0).astype(np.float64)
@@ -165,7 +168,8 @@ def window_bounds(steps: Steps, busy: iv.Intervals, size: int) -> np.ndarray:
     return np.concatenate(([0], cut, [n]))
 
 
-def _windows(tl: Timeline, steps: Steps, busy: iv.Intervals) -> Iterator[GapCauses]:
+def _windows(tl: Timeline, steps: Steps, busy: iv.Intervals, context: HostContext | None = None,
+             next_start: int | None = None) -> Iterator[GapCauses]:
     """:class:`GapCauses` of each window of whole steps (:func:`window_bounds`) that has gaps, in time order.
     The per-timeline lookups (ranges, blocking calls, pauses) are made once, at the first window with gaps."""
     n = len(steps)
@@ -173,9 +177,10 @@ def _windows(tl: Timeline, steps: Steps, busy: iv.Intervals) -> Iterator[GapCaus
         return
     # Steps stay separate intervals (not merged when they touch), so a gap spanning a step boundary is
     # split and each step is charged its own part.
-    step_ends = np.minimum(steps.ends, np.append(steps.starts[1:], steps.ends[-1]))
+    step_ends = np.minimum(steps.ends, np.append(steps.starts[1:], steps.ends[-1] if next_start is None
+                                                 else next_start))
     bounds = window_bounds(steps, busy, WINDOW_OPS)
-    look: _Lookups | None = None
+    ops: list[tuple[np.ndarray, np.ndarray]] | None = None
     for a, b in zip(bounds[:-1], bounds[1:]):
         starts, ends = steps.starts[a:b], step_ends[a:b]
         lo, hi = int(starts.min()), int(ends.max())
@@ -184,38 +189,44 @@ def _windows(tl: Timeline, steps: Steps, busy: iv.Intervals) -> Iterator[GapCaus
         g0, g1 = iv.intersect(iv.complement((busy[0][first:last], busy[1][first:last]), lo, hi), (starts, ends))
         if not g0.size:
             continue
-        look = look or _Lookups(tl)
-        yield _causes(tl, steps, g0, g1, look)
+        context = context or HostContext(tl)
+        ops = ops or _op_starts(tl)
+        yield _causes(tl, steps, g0, g1, context, ops)
 
 
-class _Lookups:
-    """The timeline's tables a gap's cause is looked up in (the same for every window)."""
+class HostContext:
+    """What a gap's cause is looked up in besides the device's ops: the timeline's ranges, blocking calls,
+    pauses and main thread. Made once from the whole timeline and shared by its windows: a pause is long
+    next to the whole process's median stretch, a range or a blocking call may begin windows earlier."""
 
     def __init__(self, tl: Timeline) -> None:
         self.ranges = {c: _ranges_where(tl, c) for c in RANGE_CAUSES}
         self.threads = {c: _by_thread(self.ranges[c]) for c in RANGE_CAUSES}
         self.blocking = _by_thread(_blocking_calls(tl.api))
         self.pauses = host_pauses(tl)
-        self.ops = _op_starts(tl)
         self.present = [c for c in RANGE_CAUSES if len(self.ranges[c])]
         self.spans = [_spans(self.ranges[c]) for c in self.present]
-        self.main: int | None = None
+        self._tl: Timeline | None = tl
+        self._main: int | None = None
 
-    def main_thread(self, tl: Timeline) -> int:
-        """:func:`main_thread`, found once (only gaps with no later op ask)."""
-        if self.main is None:
-            self.main = main_thread(tl)
-        return self.main
+    def main_thread(self) -> int:
+        """:func:`main_thread` of the whole timeline, found once, when first asked (only gaps with no later
+        op and the Perfetto excerpt ask)."""
+        if self._main is None:
+            self._main = main_thread(self._tl)
+            self._tl = None
+        return self._main
 
 
-def _causes(tl: Timeline, steps: Steps, g0: np.ndarray, g1: np.ndarray, look: _Lookups) -> GapCauses:
+def _causes(tl: Timeline, steps: Steps, g0: np.ndarray, g1: np.ndarray, look: HostContext,
+            ops: list[tuple[np.ndarray, np.ndarray]]) -> GapCauses:
     """The causes of the gaps ``[g0, g1)`` (sorted, each inside one step)."""
     step_of = np.clip(step_at(steps.starts, g0), 0, len(steps) - 1)
-    has_next, next_corr = _next_ops(look.ops, g1)  # the op that ends the gap (first start >= gap end)
+    has_next, next_corr = _next_ops(ops, g1)  # the op that ends the gap (first start >= gap end)
     next_launch, _, next_tid = calls_of(next_corr, tl.api)
     if not has_next.all():
         # No later op: the CPU never launched again within the trace; look at the main launching thread.
-        next_tid = np.where(has_next, next_tid, look.main_thread(tl))
+        next_tid = np.where(has_next, next_tid, look.main_thread())
     unknown = has_next & (next_launch < 0)
     host_caused = ~unknown & (~has_next | (next_launch >= g0))
     # The host window: from the device going idle to the next launch call (the whole gap without one).

@@ -53,23 +53,30 @@ _MOE_PERMUTE = re.compile(r"(?i)(?<!un)permute")
 
 
 @dataclass(frozen=True)
-class KernelMix:
-    """Per-step arrays are aligned with the steps (ns); the rest describe the whole timeline."""
+class StepMix:
+    """Per step (aligned with the steps, ns): measured on the device's interval sets, so per window of the
+    steps (perfdoctor.measure.windows)."""
 
     family_ns: dict[str, np.ndarray]  # union of each family's kernels per step
-    unfused_ns: dict[str, np.ndarray]  # per unfused kind; kinds never seen are absent
+    unfused_ns: dict[str, np.ndarray]  # per unfused kind (zeros for a kind not in the steps)
     unfused_total_ns: np.ndarray  # union over all unfused kernels (overlaps counted once)
+    memcpy_exposed_ns: np.ndarray  # host↔device copy time with no kernel running, per step
+
+
+@dataclass(frozen=True)
+class MixEvidence:
+    """What the whole timeline's kernels show of the mix."""
+
     unfused_names: dict[str, str]  # unfused kind -> one kernel name that shows it
     attention: str | None  # flash | cudnn | unfused | other
     attention_evidence: str | None
     moe_gemm: str | None  # grouped | per_expert
     moe_evidence: str | None
     moe_gemm_launches: int | None  # most GEMM launches between a token permute and the next MoE kernel
-    memcpy_exposed_ns: np.ndarray  # host↔device copy time with no kernel running, per step
 
 
-def kernel_mix(tl: Timeline, kcls: Table, steps: Steps, compute: iv.Intervals) -> KernelMix:
-    """The mix of one timeline; ``compute``: its compute kernels' union (``Activity.compute``)."""
+def mix_per_step(tl: Timeline, kcls: Table, steps: Steps, compute: iv.Intervals) -> StepMix:
+    """The mix of one timeline's steps; ``compute``: its compute kernels' union (``Activity.compute``)."""
     k = tl.kernels
     start, end = k.col("start"), k.col("end")
 
@@ -77,13 +84,18 @@ def kernel_mix(tl: Timeline, kcls: Table, steps: Steps, compute: iv.Intervals) -
         return iv.overlap_per_interval(steps.starts, steps.ends, iv.union(start[mask], end[mask])).astype(float)
 
     families = {f: per_step(category_mask(kcls, *cats)) for f, cats in FAMILIES.items()}
+    unfused, _ = unfused_kinds(k)
+    unfused_ns = {kind: per_step(unfused == i) for i, kind in enumerate(UNFUSED_KINDS)}
+    return StepMix(families, unfused_ns, per_step(unfused >= 0), _exposed_host_copies(tl, compute, steps))
+
+
+def mix_evidence(tl: Timeline, kcls: Table) -> MixEvidence:
+    """The attention backend, the MoE expert GEMMs and the unfused kernels' names of one timeline."""
+    k = tl.kernels
     unfused, evidence = unfused_kinds(k)
-    unfused_ns = {UNFUSED_KINDS[i]: per_step(unfused == i) for i in np.unique(unfused[unfused >= 0])}
     attention, attention_evidence = _attention_impl(k, category_mask(kcls, "attention"), unfused, evidence)
     moe_gemm, moe_evidence, launches = _moe_gemms(k, category_mask(kcls, "gemm"))
-    return KernelMix(families, unfused_ns, per_step(unfused >= 0), evidence,
-                     attention, attention_evidence,
-                     moe_gemm, moe_evidence, launches, _exposed_host_copies(tl, compute, steps))
+    return MixEvidence(evidence, attention, attention_evidence, moe_gemm, moe_evidence, launches)
 
 
 def unfused_kind(short: str, demangled: str | None = None) -> str | None:

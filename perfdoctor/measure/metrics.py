@@ -17,7 +17,7 @@ from perfdoctor.measure import intervals as iv
 from perfdoctor.measure.activity import Activity, GroupComm
 from perfdoctor.measure.comm_stats import comm_stats
 from perfdoctor.measure.host import CAUSES, HostGaps, LaunchStats
-from perfdoctor.measure.kernel_mix import FAMILIES, UNFUSED_KINDS, kernel_mix
+from perfdoctor.measure.kernel_mix import FAMILIES, UNFUSED_KINDS, mix_evidence, mix_per_step
 from perfdoctor.measure.layernorm import blocked_norms
 from perfdoctor.measure.memory import MEMORY_KEYS
 from perfdoctor.measure.mfu import estimate
@@ -58,15 +58,45 @@ WORST_SHOWN = 3
 NS_PER_MS = 1e6
 
 
-def timeline_metrics(tl: Timeline, kcls: Table, act: Activity, steps: Steps, groups: GroupLabels,
-                     by_group: GroupComm, gaps: HostGaps | None, launches: LaunchStats | None,
-                     config: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+def step_quantities(tl: Timeline, kcls: Table, act: Activity, steps: Steps, labelled: bool, by_group: GroupComm,
+                    gaps: HostGaps, config: dict[str, Any]) -> dict[str, np.ndarray]:
+    """Per step of ``steps`` (ns, float), the quantities of :func:`timeline_metrics` that are measured on the
+    device's interval sets: busy, compute, communication and its exposed part (all and per group when
+    ``labelled``: the whole timeline has group labels), host gaps by cause, pipeline bubbles, the kernel
+    mix. A window of the steps (perfdoctor.measure.windows) gives the same arrays for its steps as the
+    whole timeline does, so the windows' arrays joined are the timeline's."""
+    def per_step(s: iv.Intervals) -> np.ndarray:
+        return iv.overlap_per_interval(steps.starts, steps.ends, s).astype(np.float64)
+
+    k = tl.kernels
+    gemm = category_mask(kcls, "gemm")
+    q = {"busy": per_step(act.busy), "compute": per_step(act.compute), "comm": per_step(act.comm),
+         "exposed": per_step(act.exposed_comm),
+         "gemm": per_step(iv.union(k.col("start")[gemm], k.col("end")[gemm])),
+         "idle": gaps.idle, "device_wait": gaps.device_wait, "sync_host": gaps.sync_host}
+    q |= {f"host.{cause}": gaps.by_cause[cause] for cause in CAUSES}
+    if labelled:
+        for i, g in enumerate(GROUPS):
+            q[f"{g}.time"] = per_step(by_group.busy[i])
+            q[f"{g}.exposed"] = per_step(by_group.exposed[i])
+        if (config.get("pp") or 1) > 1:
+            b = bubbles(steps, gaps.device_wait, by_group.exposed[GROUPS.index("pp")], gaps.wait_intervals,
+                        act.compute)
+            q["bubble"], q["bubble_edge"] = b.bubble_ns, b.edge_ns
+    mix = mix_per_step(tl, kcls, steps, act.compute)
+    q |= {f"mix.{family}": ns for family, ns in mix.family_ns.items()}
+    q |= {f"unfused.{kind}": ns for kind, ns in mix.unfused_ns.items()}
+    q["unfused"], q["memcpy_exposed"] = mix.unfused_total_ns, mix.memcpy_exposed_ns
+    return q
+
+
+def timeline_metrics(tl: Timeline, kcls: Table, steps: Steps, groups: GroupLabels, q: dict[str, np.ndarray],
+                     launches: LaunchStats | None, config: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """Metrics of one timeline that the measurements can support (the rest stay ``None``), and the
     evidence behind them: per topic, the kernels, groups and environment values a finding quotes.
-    ``by_group`` are the comm sets of each parallel group, ``gaps`` the host gaps of the steps and
-    ``launches`` the launch statistics (:mod:`perfdoctor.measure.host`), measured by the caller (the
-    gaps are shared with other measurements); ``gaps`` and ``launches`` are ``None`` where nothing ran
-    on a GPU.
+    ``q`` are the per-step quantities of the steps (:func:`step_quantities`, joined over the timeline's
+    windows), ``launches`` the launch statistics (:mod:`perfdoctor.measure.host`); ``launches`` is
+    ``None`` where nothing ran on a GPU.
 
     Per-group communication metrics need group labels: without any (a plain capture, before the
     heuristics of the group classifier apply) they stay ``None`` rather than report zeros.
@@ -82,29 +112,20 @@ def timeline_metrics(tl: Timeline, kcls: Table, act: Activity, steps: Steps, gro
         return out, evidence  # CPU-only capture: nothing ran on a GPU
 
     k = tl.kernels
-    gemm = category_mask(kcls, "gemm")
-    comm, compute, busy = act.comm, act.compute, act.busy
-
-    def per_step(s: iv.Intervals) -> np.ndarray:
-        return iv.overlap_per_interval(steps.starts, steps.ends, s).astype(np.float64)
-
     safe = np.where(durations > 0, durations, np.nan)
-    out["gpu.busy_fraction"] = _median(per_step(busy) / safe)
-    compute_ns = per_step(compute)
-    out["compute.fraction"] = _median(compute_ns / safe)
-    out["compute.time_ms"] = _median(compute_ns) / NS_PER_MS
-    out["comm.time_ms"] = _median(per_step(comm)) / NS_PER_MS
-    exposed = per_step(act.exposed_comm)
-    out["comm.exposed_ms"] = _median(exposed) / NS_PER_MS
-    out["comm.exposed_fraction"] = _median(exposed / safe)
-    out["kernels.gemm_fraction"] = _median(per_step(iv.union(k.col("start")[gemm],
-                                                              k.col("end")[gemm])) / safe)
-    out["host.idle_fraction"] = _median(gaps.idle / safe)
+    out["gpu.busy_fraction"] = _median(q["busy"] / safe)
+    out["compute.fraction"] = _median(q["compute"] / safe)
+    out["compute.time_ms"] = _median(q["compute"]) / NS_PER_MS
+    out["comm.time_ms"] = _median(q["comm"]) / NS_PER_MS
+    out["comm.exposed_ms"] = _median(q["exposed"]) / NS_PER_MS
+    out["comm.exposed_fraction"] = _median(q["exposed"] / safe)
+    out["kernels.gemm_fraction"] = _median(q["gemm"] / safe)
+    out["host.idle_fraction"] = _median(q["idle"] / safe)
     for cause in CAUSES:
-        out[f"host.{cause}_ms"] = _median(gaps.by_cause[cause]) / NS_PER_MS
-    out["host.device_wait_ms"] = _median(gaps.device_wait) / NS_PER_MS
-    out["host.sync_host_ms"] = _median(gaps.sync_host) / NS_PER_MS
-    out["host.sync_wait_ms"] = _median(gaps.by_cause["sync"] - gaps.sync_host) / NS_PER_MS
+        out[f"host.{cause}_ms"] = _median(q[f"host.{cause}"]) / NS_PER_MS
+    out["host.device_wait_ms"] = _median(q["device_wait"]) / NS_PER_MS
+    out["host.sync_host_ms"] = _median(q["sync_host"]) / NS_PER_MS
+    out["host.sync_wait_ms"] = _median(q["host.sync"] - q["sync_host"]) / NS_PER_MS
     out["kernels.median_us"] = launches.kernel_us
     out["host.launch_call_us"] = launches.launch_call_us
     out["host.launch_interval_us"] = launches.launch_interval_us
@@ -113,15 +134,11 @@ def timeline_metrics(tl: Timeline, kcls: Table, act: Activity, steps: Steps, gro
     out["ln.blocked_count"] = _median(ln.count_per_step)
     out["ln.blocked_ms"] = _median(ln.ms_per_step)
     evidence["ln"] = _ln_evidence(tl, ln, groups, out)
-    exposed_by_group = {}
     if groups.any_labelled:
-        for i, g in enumerate(GROUPS):
-            g_set = by_group.busy[i]
-            exposed_by_group[g] = by_group.exposed[i]
-            g_exposed = per_step(exposed_by_group[g])
-            out[f"comm.{g}.time_ms"] = _median(per_step(g_set)) / NS_PER_MS
-            out[f"comm.{g}.exposed_ms"] = _median(g_exposed) / NS_PER_MS
-            out[f"comm.{g}.exposed_fraction"] = _median(g_exposed / safe)
+        for g in GROUPS:
+            out[f"comm.{g}.time_ms"] = _median(q[f"{g}.time"]) / NS_PER_MS
+            out[f"comm.{g}.exposed_ms"] = _median(q[f"{g}.exposed"]) / NS_PER_MS
+            out[f"comm.{g}.exposed_fraction"] = _median(q[f"{g}.exposed"] / safe)
         stats = comm_stats(k, kcls, groups, steps)
         evidence["comm"] = {g: s.as_evidence() for g, s in stats.items()}
         if "dp" in stats:
@@ -130,12 +147,11 @@ def timeline_metrics(tl: Timeline, kcls: Table, act: Activity, steps: Steps, gro
             out["comm.dp.fp32_fraction"] = stats["dp"].fp32_fraction
     if (config.get("pp") or 1) > 1:
         out["pipeline.bubble_fraction_theory"] = theory(config)[0]
-        if "pp" in exposed_by_group:
-            b = bubbles(steps, gaps.device_wait, exposed_by_group["pp"], gaps.wait_intervals, compute)
-            out["pipeline.bubble_ms"] = _median(b.bubble_ns) / NS_PER_MS
-            out["pipeline.bubble_fraction"] = _median(b.bubble_ns / safe)
-            out["pipeline.warmup_cooldown_ms"] = _median(b.edge_ns) / NS_PER_MS
-            out["pipeline.steady_stall_ms"] = _median(b.bubble_ns - b.edge_ns) / NS_PER_MS
+        if "bubble" in q:
+            out["pipeline.bubble_ms"] = _median(q["bubble"]) / NS_PER_MS
+            out["pipeline.bubble_fraction"] = _median(q["bubble"] / safe)
+            out["pipeline.warmup_cooldown_ms"] = _median(q["bubble_edge"]) / NS_PER_MS
+            out["pipeline.steady_stall_ms"] = _median(q["bubble"] - q["bubble_edge"]) / NS_PER_MS
     starts = k.col("start")  # sorted by the loader
     in_step = np.searchsorted(starts, steps.ends) - np.searchsorted(starts, steps.starts)
     out["kernels.count_per_step"] = _median(in_step.astype(np.float64))
@@ -145,15 +161,15 @@ def timeline_metrics(tl: Timeline, kcls: Table, act: Activity, steps: Steps, gro
     evidence["mfu"] = {"gpu": gpu_name, "peak_bf16_tflops": mfu.peak_bf16_tflops,
                        "peak_fp8_tflops": mfu.peak_fp8_tflops, "flops_per_step": mfu.flops_per_step,
                        "assumed": list(mfu.assumptions), "unknown_because": mfu.reason}
-    mix = kernel_mix(tl, kcls, steps, compute)
-    for family, ns in mix.family_ns.items():
-        out[f"kernels.{family}_fraction"] = _median(ns / safe)
-    out["kernels.unfused_ms"] = _median(mix.unfused_total_ns) / NS_PER_MS
+    for family in FAMILIES:
+        out[f"kernels.{family}_fraction"] = _median(q[f"mix.{family}"] / safe)
+    out["kernels.unfused_ms"] = _median(q["unfused"]) / NS_PER_MS
     for kind in UNFUSED_KINDS:
-        out[f"kernels.unfused.{kind}_ms"] = _median(mix.unfused_ns.get(kind, np.zeros(len(steps)))) / NS_PER_MS
+        out[f"kernels.unfused.{kind}_ms"] = _median(q[f"unfused.{kind}"]) / NS_PER_MS
+    mix = mix_evidence(tl, kcls)
     if mix.moe_gemm_launches is not None:
         out["moe.expert_gemm_launches"] = float(mix.moe_gemm_launches)
-    out["memcpy.exposed_ms"] = _median(mix.memcpy_exposed_ns) / NS_PER_MS
+    out["memcpy.exposed_ms"] = _median(q["memcpy_exposed"]) / NS_PER_MS
     evidence["attention"] = {"backend": mix.attention, "kernel": mix.attention_evidence}
     if mix.moe_gemm is not None or mix.moe_gemm_launches is not None:
         evidence["moe"] = {"expert_gemms": mix.moe_gemm, "expert_gemm_launches": mix.moe_gemm_launches,

@@ -26,7 +26,7 @@ from perfdoctor.classify.groups import GROUPS, GroupLabels
 from perfdoctor.classify.timeline import class_codes
 from perfdoctor.measure.activity import Activity, GroupComm
 from perfdoctor.measure.excerpt import Excerpt, excerpt, merge_runs
-from perfdoctor.measure.host import main_thread
+from perfdoctor.measure.host import HostContext
 from perfdoctor.measure.peers import PeerWaits
 from perfdoctor.measure.steps import Steps
 from perfdoctor.model import Timeline
@@ -108,16 +108,19 @@ def middle_step(steps: Steps) -> int:
 
 
 def trace_excerpt(tl: Timeline, kcls: Table, ccls: Table, act: Activity, steps: Steps, groups: GroupLabels,
-                  by_group: GroupComm, config: dict[str, Any]) -> TraceExcerpt | None:
-    """The Perfetto excerpt of one timeline, or None when it has no kernels or no steps."""
+                  by_group: GroupComm, config: dict[str, Any], context: HostContext | None = None,
+                  ) -> TraceExcerpt | None:
+    """The Perfetto excerpt of one timeline, or None when it has no kernels or no steps. ``context``: the
+    whole timeline's, when ``tl`` is a window of its steps (perfdoctor.measure.windows)."""
+    context = context or HostContext(tl)
     ex = excerpt(tl, kcls, act, steps, groups, by_group, config, max_rects=MAX_RECTS,
-                 step_index=middle_step(steps) if len(steps) else 0, with_groups=True)
+                 step_index=middle_step(steps) if len(steps) else 0, with_groups=True, context=context)
     if ex is None:
         return None
     lo = ex.step_start_ns
     hi = int(steps.ends[ex.step_index])
     pixel = max(ex.pixel_us * NS_PER_US, 1.0)
-    tid = main_thread(tl)
+    tid = context.main_thread()
     out = TraceExcerpt(kernels=ex, session_start_utc_ns=tl.trace.session_start_utc_ns, launch_tid=tid,
                        thread_name=tl.thread_names.get(tid))
     out.copies, out.dropped["copies"] = _copies(tl, ccls, lo, hi, pixel)

@@ -1,0 +1,151 @@
+"""A device measured a window of whole steps at a time (perfdoctor.measure.windows) gives the report one pass
+over the whole timeline gives: windows are forced to one step each (WINDOW_KERNELS = 1) and everything a rank
+sends back (metrics, evidence, device summary, step series, excerpts, collective instances) is compared
+with the default, on repository traces and with steps shorter than the trace's own and overlapping, so that
+kernels, copies and calls run across window boundaries. Each part of a window's rows is needed: without it,
+some trace's report changes."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from perfdoctor import api
+from perfdoctor.classify.timeline import kernel_classes
+from perfdoctor.load.run import load_trace
+from perfdoctor.measure import windows
+from perfdoctor.measure.breakdown import activity_window
+from perfdoctor.measure.steps import Steps, find_steps
+from perfdoctor.render.json import report_dict
+from tests.paths import DATA, REAL_H100, SAMPLES
+
+# several steps each: host gaps of every cause, pipeline bubbles (pp run), blocked norms, copies beside
+# kernels, EP all-to-all, several devices of a per-node export, a real export (nsys 2022) and a Kineto trace
+RUNS = [SAMPLES / name for name in ("pp_1f1b", "gc_jitter", "data_stall", "host_bound", "ln_blocked",
+                                    "prefetch_overlap", "moe_ep", "per_node", "real_cs336")] \
+    + [DATA / "h100" / "gpt_eager.json.gz"]
+# timelines whose steps are cut 4x shorter (and overlapping): ops cross window boundaries
+TIMELINES = [REAL_H100, SAMPLES / "exposed_cp" / "exposed_cp.rank0.sqlite",
+             SAMPLES / "prefetch_overlap" / "prefetch_overlap.rank0.sqlite",
+             SAMPLES / "gc_jitter" / "gc_jitter.rank0.sqlite"]
+
+
+def _report(run: Path) -> str:
+    report = api.analyze([run], jobs=1, trace_excerpts=True)
+    return json.dumps([report_dict(report), _plain(report.run_trace)], sort_keys=True, default=str)
+
+
+@pytest.mark.parametrize("run", RUNS, ids=lambda p: p.name)
+def test_a_window_per_step_gives_the_same_report(run, monkeypatch):
+    whole = _report(run)
+    monkeypatch.setattr(windows, "WINDOW_KERNELS", 1)
+    assert _report(run) == whole
+
+
+def _step_sets(steps: Steps) -> list[Steps]:
+    """The trace's own steps, 4x shorter ones back to back, and those overlapping by 5 %."""
+    cuts = np.linspace(steps.starts[0], steps.ends[-1], 4 * len(steps) + 1).astype(np.int64)
+    lap = np.concatenate(([0], (np.diff(cuts) // 20)[:-1]))
+    return [steps, Steps(cuts[:-1], cuts[1:], "window"), Steps(cuts[:-1] - lap, cuts[1:], "window")]
+
+
+def _plain(value):
+    """A rank's result as comparable plain data (arrays as lists, dataclasses as dicts)."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return _plain(value.tolist())
+    if isinstance(value, float) and np.isnan(value):
+        return "nan"
+    return value
+
+
+def _results(trace: Path) -> list[list]:
+    """Per step set, each device timeline's analysis (without its critical path: blame/window.py has its
+    own tests) as plain data."""
+    _, timelines = load_trace(trace, detail=False)
+    out = []
+    for tl in (t for t in timelines if t.device_id is not None and len(t.kernels)):
+        for steps in _step_sets(find_steps(tl, activity_window(tl), kernel_classes(tl.kernels))):
+            with pytest.MonkeyPatch.context() as m:
+                m.setattr(api, "find_steps", lambda *_, s=steps: s)
+                m.setattr(api, "beside", lambda *_: SimpleNamespace(result=lambda: None))
+                result = api.analyze_timeline(tl, {}, True, True)
+            out.append(_plain({"metrics": result.metrics, "series": result.series, "device": result.device,
+                               "excerpt": result.excerpt, "trace": result.trace_excerpt,
+                               "collectives": result.collectives}))
+    return out
+
+
+@pytest.fixture(scope="module")
+def wholes():
+    return {trace: _results(trace) for trace in TIMELINES}
+
+
+KINETO = DATA / "h100" / "gpt_eager.json.gz"  # device ops start after a step's last gap (not so in the above)
+
+
+@pytest.fixture(scope="module")
+def kineto_whole():
+    return _report(KINETO)
+
+
+@pytest.mark.parametrize("size", [1, 3000])
+def test_windows_of_shorter_and_overlapping_steps_measure_what_the_whole_does(wholes, size, monkeypatch):
+    monkeypatch.setattr(windows, "WINDOW_KERNELS", size)
+    for trace, whole in wholes.items():
+        windowed = _results(trace)
+        for a, b in zip(windowed, whole):
+            assert a == b, trace.name
+
+
+def test_windows_cut_the_steps_and_own_the_time_once():
+    tl = next(t for t in load_trace(REAL_H100, detail=False)[1] if t.device_id == 1)
+    cuts = np.linspace(int(tl.kernels.col("start")[0]), int(tl.kernels.col("end").max()), 9).astype(np.int64)
+    steps = Steps(cuts[:-1], cuts[1:], "window")
+    cut = list(windows.windows(tl, steps, size=1))
+    assert [w.first for w in cut] == list(range(len(cut))) and sum(len(w.steps) for w in cut) == len(steps)
+    owns = [w.owns for w in cut]
+    assert owns[0][0] == -windows.NEVER and owns[-1][1] == windows.NEVER
+    assert all(a[1] == b[0] for a, b in zip(owns, owns[1:]))  # the owned times touch, never overlap
+    start, end = tl.kernels.col("start"), tl.kernels.col("end")
+    for w in cut:  # every kernel reaching into the window's steps is among its rows
+        lo, hi = int(w.steps.starts[0]), int(w.steps.ends.max())
+        assert set(np.flatnonzero((end > lo) & (start < hi))) <= set(w.kernels.tolist())
+        assert np.array_equal(w.tl.kernels.col("start"), start[w.kernels])
+    assert len(list(windows.windows(tl, steps))) == 1  # by default: one window, the timeline itself
+
+
+@pytest.mark.parametrize("part", ["still_open", "first_after", "launch_calls", "next_start"])
+def test_each_part_of_a_windows_rows_is_needed(wholes, kineto_whole, part, monkeypatch):
+    """Without a part of a window's rows, the windowed analysis of some trace differs from the whole's (the
+    comparison above would catch a window built without it)."""
+    rows, results = windows._rows, []
+    if part == "still_open":
+        monkeypatch.setattr(windows, "_rows", lambda t, lo, hi, still_open, after=True: rows(t, lo, hi, None, after))
+    elif part == "first_after":
+        monkeypatch.setattr(windows, "_rows", lambda t, lo, hi, still_open, after=True: rows(t, lo, hi, still_open,
+                                                                                            False))
+    elif part == "launch_calls":
+        monkeypatch.setattr(windows, "rows_of", lambda api_table, corr: np.zeros(0, dtype=np.int64))
+    else:
+        real = windows.windows
+
+        def without_next(*args, **kwargs):
+            for w in real(*args, **kwargs):
+                yield dataclasses.replace(w, next_start=int(w.steps.ends[-1]))
+        monkeypatch.setattr(api, "windows", without_next)
+    monkeypatch.setattr(windows, "WINDOW_KERNELS", 1)
+    for trace, whole in wholes.items():
+        results.append(_results(trace) == whole)
+    results.append(_report(KINETO) == kineto_whole)
+    assert not all(results)
