@@ -4,7 +4,8 @@ The floor is a C-level scan of the columns the analysis needs (benchmarks/timed.
 over the kernel, runtime and NVTX tables, which touches every value without creating Python objects); the
 load is the one `perfdoctor analyze` does (``detail=False``). The ratio load / floor is
 what we track (target ≤ 2×), as the median of paired, alternating rounds.
-In-process (no start-up); benchmarks/run_all.py measures whole `perfdoctor analyze` processes. Run: ``python benchmarks/bench_load.py [--kernels N] [--trace FILE]``.
+In-process (no start-up); benchmarks/run_all.py measures whole `perfdoctor analyze` processes.
+Run: ``python benchmarks/bench_load.py [--kernels N] [--trace FILE]``.
 """
 
 from __future__ import annotations

@@ -1,9 +1,9 @@
 """Dump `perfdoctor analyze X --format json` for every trace in the repository, or diff against a dump.
 
 A refactor of the loader or of the per-file task must not change any report: run ``save DIR`` before the
-change and ``check DIR`` after it (byte-identical JSON, the tool version and the checkout's path aside). Inputs: every trace under
-sample_traces/ (each run directory analysed as one run, as the README does), tests/data/traces/ and
-tests/data/h100/.
+change and ``check DIR`` after it (byte-identical JSON, the tool version and the checkout's path aside).
+Inputs: every trace under sample_traces/ (each run directory analysed as one run, as the README does),
+tests/data/traces/ and tests/data/h100/.
 
 Run: ``python benchmarks/json_parity.py save /tmp/before`` then ``python benchmarks/json_parity.py check
 /tmp/before``.

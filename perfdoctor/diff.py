@@ -38,8 +38,8 @@ ABS_FLOOR = {"ms": 0.05, "fraction": 0.005, "us": 1.0, "bytes": float(2**20), "c
 UNMEASURED_REL_FLOOR = 0.10
 UNMEASURED_ABS_FLOOR = {**ABS_FLOOR, "fraction": 0.02}
 # Direction of "worse" per metric family (prefix match); others are just "changed".
-WORSE_IF_HIGHER = re.compile(r"^(step\.time|work\.unit_ms|comm\.(\w+\.)?exposed|host\.|pipeline\.(bubble_ms|bubble_fraction$|warmup"
-                             r"|steady|stage_imbalance)|ln\.|kernels\.unfused|memcpy\.exposed|tp\.serialized"
+WORSE_IF_HIGHER = re.compile(r"^(step\.time|work\.unit_ms|comm\.(\w+\.)?exposed|host\.|pipeline\."
+                             r"(bubble_ms|bubble_fraction$|warmup|steady|stage_imbalance)|ln\.|kernels\.unfused|memcpy\.exposed|tp\.serialized"
                              r"|ranks\.step_time_spread)")
 BETTER_IF_HIGHER = re.compile(r"^(mfu|model\.tflops|gpu\.busy)")
 NOT_COMPARED = ("ranks.slowest", "pipeline.bubble_fraction_theory")

@@ -1,10 +1,10 @@
 """CI guard against a gross speed regression: a small paired measurement, never an absolute threshold.
 
 What ``perfdoctor analyze`` does with a 100,000-kernel export (benchmarks/timed.py, after the imports) is
-timed against the C-level scan of the same file, alternating, 5 rounds; the median per-round ratio must stay within twice the ratio that
-``benchmarks/run_all.py`` recorded in benchmarks/recorded.json. Noise on a shared machine moves the ratio
-by tens of percent; a 2× jump means the code got slower (e.g. an O(n log n) step became O(n²), or a
-heavy import crept into start-up).
+timed against the C-level scan of the same file, alternating, 5 rounds; the median per-round ratio must stay
+within twice the ratio that ``benchmarks/run_all.py`` recorded in benchmarks/recorded.json. Noise on a
+shared machine moves the ratio by tens of percent; a 2× jump means the code got slower (e.g. an O(n log n)
+step became O(n²), or a heavy import crept into start-up).
 """
 
 from __future__ import annotations

@@ -96,7 +96,8 @@ def test_report_carries_values_and_sources(capsys, tmp_path):
     ("tensor_model_parallel_size: [1, 2\n", "not valid YAML"),
     ("- 1\n- 2\n", "must be a mapping"),
     ("tensor_model_parallel_size: two\n", "tensor_model_parallel_size: expected a whole number from 1 to 1,048,576"),
-    ("model: {pipeline_model_parallel_size: 0}\n", "model.pipeline_model_parallel_size: expected a whole number from 1"),
+    ("model: {pipeline_model_parallel_size: 0}\n",
+     "model.pipeline_model_parallel_size: expected a whole number from 1"),
     ("!!python/object/apply:os.system ['echo pwned']\n", "not valid YAML"),
 ])
 def test_bad_config_file_is_one_line(capsys, tmp_path, text, needle):

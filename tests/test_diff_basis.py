@@ -54,7 +54,8 @@ def _variant(**sections) -> dict:
 def runs(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("window_runs")
     out = {}
-    for name, sc, seed in (("base", BASE, 1), ("same", BASE, 2), ("slow", _variant(gpu={"gemm_efficiency": SLOW_GEMM}), 1),
+    for name, sc, seed in (("base", BASE, 1), ("same", BASE, 2),
+                           ("slow", _variant(gpu={"gemm_efficiency": SLOW_GEMM}), 1),
                            ("other_kernels", _variant(kernels={"gemm": "cutlass", "attention": "cudnn"}), 1),
                            ("marked", _variant(labels={"perfdoctor": True}, output={"window_ms": 0}), 1),
                            ("marked_more_work", _variant(labels={"perfdoctor": True}, output={"window_ms": 0},

@@ -106,7 +106,8 @@ RUNS = {
     "perfdoctor analyze perfdoctor-runs/<date-time>/":
         Check(prints="pipeline-bubble", substitute=(("<date-time>", "2026-11-23_10-00-00"),)),
     "perfdoctor analyze traces/head --format json -o head.json --html head.html --markdown head.md --fail-on high":
-        Check(rc=1, writes=(("head.json", "exposed-dp-comm"), ("head.html", "<html"), ("head.md", r"exposed\\?-dp\\?-comm"))),
+        Check(rc=1, writes=(("head.json", "exposed-dp-comm"), ("head.html", "<html"),
+                            ("head.md", r"exposed\\?-dp\\?-comm"))),
     "perfdoctor analyze traces/base --format json -o base.json": Check(writes=(("base.json", '"findings"'),)),
     "perfdoctor analyze RUN_DIR --perfetto run.perfetto.json":
         Check(writes=(("run.perfetto.json", r'^\{"traceEvents":\[.*"process_name".*"critical path'),)),

@@ -8,8 +8,6 @@ import shutil
 import sqlite3
 from pathlib import Path
 
-import pytest
-
 from tests.paths import REAL_H100, SAMPLES, TRACES
 from tests.test_cli_bad_input import assert_one_line_error, run_cli
 

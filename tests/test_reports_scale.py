@@ -75,7 +75,8 @@ def test_html_uses_heatmaps_and_outliers(big) -> None:
     heatmaps = [f for f in figures if f["data"] and f["data"][0]["type"] == "heatmap"]
     assert len(heatmaps) == 2 and all(len(f["data"][0]["y"]) == RANKS for f in heatmaps)
     assert all(f["layout"]["height"] <= 900 for f in figures)  # no 30,000 px bar charts
-    bars = [f for f in figures if f["data"] and f["data"][0]["type"] == "bar" and f["data"][0].get("orientation") == "h"]
+    bars = [f for f in figures
+            if f["data"] and f["data"][0]["type"] == "bar" and f["data"][0].get("orientation") == "h"]
     assert bars and all(len(f["data"][0]["y"]) <= 16 for f in bars)
     assert f"rank {SLOW}" in bars[0]["data"][0]["y"]
     assert "red is worse than the median rank" in page and "<summary>all ranks: 1024 ranks</summary>" in page

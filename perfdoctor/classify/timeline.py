@@ -25,12 +25,45 @@ def name_pairs(kernels: Table) -> tuple[np.ndarray, list[str], list[str | None]]
         return np.zeros(0, dtype=np.int64), [], []
     short, demangled = kernels["short_name"], kernels["demangled_name"]
     width = len(demangled.values) + 1
-    pair = short.codes.astype(np.int64) * width + demangled.codes
-    inverse, pairs = factorize(pair)
-    inverse = inverse.astype(code_type(pairs.size))  # kept for the timeline's life: as narrow as the pairs are few
-    shorts = [str(short.values[p // width]) for p in pairs]
-    demangleds = [_text(demangled.values[p % width]) if 0 <= p % width < width - 1 else None for p in pairs]
+    if (len(short.values) + 2) * width <= DENSE_PAIRS:
+        inverse, pairs = _dense_pairs(short.codes, demangled.codes, width)
+    else:
+        inverse, pairs = factorize(short.codes.astype(np.int64) * width + demangled.codes)
+        inverse = inverse.astype(code_type(pairs.size))  # kept for the timeline's life: as narrow as pairs are few
+    # A key is short * width + demangled, the demangled code −1 where the name is missing: key + 1 splits
+    # into the short code and demangled + 1.
+    split = [divmod(int(p) + 1, width) for p in pairs]
+    shorts = [str(short.values[s]) for s, _ in split]
+    demangleds = [_text(demangled.values[d - 1]) if d else None for _, d in split]
     return inverse, shorts, demangleds
+
+
+# Pairs of name codes up to this many (the product of the two dictionaries' sizes) are numbered through a
+# table indexed by the pair, a slice of kernels at a time; more (a dictionary of millions of names): factorize.
+DENSE_PAIRS = 1 << 24
+PAIR_SLICE = 1 << 20
+
+
+def _dense_pairs(short: np.ndarray, demangled: np.ndarray, width: int) -> tuple[np.ndarray, np.ndarray]:
+    """``factorize`` of the pair keys ``short * width + demangled`` (codes in order of first appearance), a
+    slice at a time through a table of every possible key: the per-kernel temporaries are a slice's, not the
+    10M kernels' 80 MB int64 keys, shifts and codes at once."""
+    base = width + 1  # codes are >= -1: keys >= -width - 1
+    code_of = np.full((int(short.max(initial=0)) + 2) * width + 1, -1, dtype=np.int64)
+    keys = []
+    for lo in range(0, short.size, PAIR_SLICE):
+        key = short[lo:lo + PAIR_SLICE].astype(np.int64) * width + demangled[lo:lo + PAIR_SLICE] + base
+        new = key[code_of[key] < 0]
+        if new.size:
+            distinct, first = np.unique(new, return_index=True)
+            distinct = distinct[np.argsort(first, kind="stable")]  # in order of first appearance
+            code_of[distinct] = np.arange(len(keys), len(keys) + distinct.size)
+            keys.extend(distinct.tolist())
+    inverse = np.empty(short.size, dtype=code_type(len(keys)))
+    for lo in range(0, short.size, PAIR_SLICE):
+        key = short[lo:lo + PAIR_SLICE].astype(np.int64) * width + demangled[lo:lo + PAIR_SLICE] + base
+        inverse[lo:lo + key.size] = code_of[key]
+    return inverse, np.array(keys, dtype=np.int64) - base
 
 
 def _text(value: object) -> str | None:

@@ -29,7 +29,8 @@ def discover(paths: list[Path]) -> list[Path]:
             continue
         exports = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in TRACE_SUFFIXES)
         exported = {p.with_suffix("") for p in exports}
-        reports = sorted(p for p in path.rglob(f"*{REPORT_SUFFIX}") if p.is_file() and p.with_suffix("") not in exported)
+        reports = sorted(p for p in path.rglob(f"*{REPORT_SUFFIX}")
+                         if p.is_file() and p.with_suffix("") not in exported)
         exports += sorted(p for p in path.rglob("*") if p.is_file() and p.name.endswith(KINETO_SUFFIXES)
                           and is_kineto(p))
         if not exports and not reports:

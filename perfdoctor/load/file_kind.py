@@ -1,8 +1,9 @@
 """Name what a file is when it is not what perfdoctor reads, so the one-line error says what to do.
 
-Users hand perfdoctor whatever their profiling produced: an nsys report that was never exported, a Git LFS pointer checked out without ``git lfs pull``. "Not an
-SQLite file" is true for all of them and helps with none. Only the first bytes are read, so naming a
-file costs the same whatever its size. (PyTorch profiler traces are read, by perfdoctor.load.kineto.)
+Users hand perfdoctor whatever their profiling produced: an nsys report that was never exported, a Git
+LFS pointer checked out without ``git lfs pull``. "Not an SQLite file" is true for all of them and helps with
+none. Only the first bytes are read, so naming a file costs the same whatever its size. (PyTorch profiler
+traces are read, by perfdoctor.load.kineto.)
 """
 
 from __future__ import annotations

@@ -50,7 +50,8 @@ def export_report(report: Path) -> Path:
     if target.is_file():
         return target
     nsys = shutil.which("nsys")
-    by_hand = f"`nsys export --type sqlite -o {report.with_suffix('.sqlite').name} {report.name}`, then analyse the .sqlite"
+    by_hand = (f"`nsys export --type sqlite -o {report.with_suffix('.sqlite').name} {report.name}`, "
+               "then analyse the .sqlite")
     if nsys is None:
         raise InputError(f"{report}: an Nsight Systems report and no `nsys` on PATH to export it; export it by hand "
                          f"with {by_hand}")

@@ -18,7 +18,8 @@ def render_diff_html(diff: Diff, plotly_js: str = "inline") -> str:
     check_plotly_js(plotly_js)
     fig = _breakdown(diff.base_all, diff.head_all)
     return environment().get_template("diff.html.j2").render(
-        diff=diff, verdict=verdict_line(diff), basis=basis_line(diff), figures=[("fig0", script_json(fig))] if fig else [],
+        diff=diff, verdict=verdict_line(diff), basis=basis_line(diff),
+        figures=[("fig0", script_json(fig))] if fig else [],
         breakdown_fig="fig0" if fig else None,
         plotly_inline=plotly_js_inline() if plotly_js == "inline" else None,
         plotly_src=plotly_src(plotly_js))

@@ -95,7 +95,8 @@ def _table(rows: list[MetricDelta]) -> list[str]:
     out = ["| metric | base | head | delta | noise ± | verdict |", "|---|---:|---:|---:|---:|---|"]
     for m in rows:
         noise = "–" if m.noise is None else f"{m.noise:,.4g}"
-        out.append(f"| {code_span(m.key)} | {m.base:,.4g} | {m.head:,.4g} | {m.delta:+,.4g} ({_signed_pct(m)}) | {noise} | "
+        out.append(f"| {code_span(m.key)} | {m.base:,.4g} | {m.head:,.4g} | {m.delta:+,.4g} ({_signed_pct(m)}) "
+                   f"| {noise} | "
                    f"{VERDICT_ICON[m.verdict]} {m.verdict} |")
     return out
 

@@ -72,7 +72,8 @@ def config_mark(sc: Scenario, gpu: GpuModel) -> dict[str, Any]:
 def simulate(sc: Scenario, seed: int) -> tuple[list[StageResult], KernelTable, GpuModel]:
     """Simulate all pipeline stages of `sc`; stage s stands for every rank of that stage."""
     overrides = {
-        k: float(sc.gpu[k]) for k in ("network_gbps", "nvlink_gbps", "network_latency_us", "gemm_efficiency") if sc.gpu[k] is not None
+        k: float(sc.gpu[k]) for k in ("network_gbps", "nvlink_gbps", "network_latency_us", "gemm_efficiency")
+        if sc.gpu[k] is not None
     }
     gpu = gpu_model(sc.gpu["name"], overrides)
     table = KernelTable()

@@ -117,7 +117,8 @@ def test_diff_report_with_non_finite_numbers_is_exit_2(tmp_path, text, fmt):
     good = _report(tmp_path, "good")
     bad = tmp_path / "bad.json"
     bad.write_text(good.read_text().replace("100.0", text))
-    assert_bad_input(perfdoctor("diff", good, bad, fmt, tmp_path / "d.out", timeout=TIMEOUT_S), f"{bad}: not valid JSON")
+    assert_bad_input(perfdoctor("diff", good, bad, fmt, tmp_path / "d.out", timeout=TIMEOUT_S),
+                     f"{bad}: not valid JSON")
 
 
 def test_deeply_nested_json_report_is_exit_2(tmp_path):
