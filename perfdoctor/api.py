@@ -40,6 +40,7 @@ from perfdoctor.measure.collectives import Collectives, Unpacked, add_context, c
 from perfdoctor.measure.excerpt import excerpt, representative_step
 from perfdoctor.measure.graphs import graph_metrics
 from perfdoctor.measure.host import HostContext, host_gaps, launch_stats
+from perfdoctor.measure.kernel_mix import unfused_kinds
 from perfdoctor.measure.memory import MemoryMeasurement, measure_memory, measure_run_memory
 from perfdoctor.measure.metrics import across_ranks, step_quantities, timeline_metrics
 from perfdoctor.measure.peers import match
@@ -400,15 +401,17 @@ def measure_windows(tl: Timeline, kcls: Table, groups: GroupLabels, steps: Steps
     context = HostContext(tl) if on_device or trace_excerpts else None
     shown = representative_step(steps) if excerpts and len(steps) else -1
     middle = middle_step(steps) if trace_excerpts and len(steps) else 0
+    unfused = unfused_kinds(tl.kernels)[0] if on_device else None
     parts: list[tuple[dict[str, np.ndarray], dict[str, list[float]]]] = []
     out = Measured((0, 0, 0), {})
     for win in windows(tl, steps):
         if win.kernels.size == len(tl.kernels):  # one window: the timeline's own arrays
-            w_kcls, w_groups = kcls, groups
+            w_kcls, w_groups, w_unfused = kcls, groups, unfused
         else:
             w_kcls = kcls.take(win.kernels)
             w_groups = GroupLabels(groups.codes[win.kernels], groups.source_codes[win.kernels],
                                    groups.confidence_codes[win.kernels])
+            w_unfused = unfused[win.kernels] if unfused is not None else None
         act = activity(win.tl, w_kcls, copy_classes(win.tl.memcpy))
         ns += measured_ns(act, win.owns)
         if not len(steps):
@@ -422,8 +425,8 @@ def measure_windows(tl: Timeline, kcls: Table, groups: GroupLabels, steps: Steps
             out.trace_excerpt = trace_excerpt(win.tl, w_kcls, copy_classes(win.tl.memcpy), act, steps, w_groups,
                                               by_group, config, context)
         gaps = host_gaps(win.tl, win.steps, act.busy, context, win.next_start) if on_device else None
-        quantities = step_quantities(win.tl, w_kcls, act, win.steps, groups.any_labelled, by_group, gaps, config) \
-            if on_device else {}
+        quantities = step_quantities(win.tl, w_kcls, act, win.steps, groups.any_labelled, by_group, gaps, w_unfused,
+                                     config) if on_device else {}
         parts.append((quantities, step_series(win.tl.kernels, act, win.steps, by_group, whole)))
         if cols is not None:
             add_context(cols, win.owns, act, by_group, gaps)

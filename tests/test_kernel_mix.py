@@ -13,7 +13,7 @@ from perfdoctor import api
 from perfdoctor.classify.timeline import category_mask, kernel_classes
 from perfdoctor.load.run import load_run
 from perfdoctor.measure import intervals as iv
-from perfdoctor.measure.kernel_mix import mix_evidence, mix_per_step, unfused_kind
+from perfdoctor.measure.kernel_mix import mix_evidence, mix_per_step, unfused_kind, unfused_kinds
 from perfdoctor.measure.steps import Steps
 from perfdoctor.model import Timeline, TraceInfo
 from perfdoctor.synth import run_scenario
@@ -84,7 +84,8 @@ def _mix(directory: Path):
     tl = run.timelines[0]
     kcls = kernel_classes(tl.kernels)
     start, end = int(tl.kernels["start"].min()), int(tl.kernels["end"].max())
-    per_step = mix_per_step(tl, kcls, Steps(np.array([start]), np.array([end]), "window"), _compute(tl, kcls))
+    per_step = mix_per_step(tl, kcls, Steps(np.array([start]), np.array([end]), "window"), _compute(tl, kcls),
+                            unfused_kinds(tl.kernels)[0])
     return SimpleNamespace(**vars(per_step), **vars(mix_evidence(tl, kcls)))
 
 
@@ -138,6 +139,7 @@ def test_exposed_host_copies() -> None:
         [(50, 150, 1), (200, 250, 2), (320, 380, 1), (500, 900, 8), (1050, 1100, 2)],
     )
     kcls = kernel_classes(tl.kernels)
-    mix = mix_per_step(tl, kcls, Steps(np.array([0, 600]), np.array([600, 1200]), "nvtx-step"), _compute(tl, kcls))
+    mix = mix_per_step(tl, kcls, Steps(np.array([0, 600]), np.array([600, 1200]), "nvtx-step"), _compute(tl, kcls),
+                       unfused_kinds(tl.kernels)[0])
     # step 0: 100..150 (50) + 200..250 (50) + 320..380 under NCCL (60); step 1: copy under the GEMM
     assert mix.memcpy_exposed_ns.tolist() == [160.0, 0.0]

@@ -149,3 +149,20 @@ def test_each_part_of_a_windows_rows_is_needed(wholes, kineto_whole, part, monke
         results.append(_results(trace) == whole)
     results.append(_report(KINETO) == kineto_whole)
     assert not all(results)
+
+
+def test_a_windows_calls_are_looked_up_in_a_table_of_their_own_span():
+    """A window's CUDA calls are numbered millions in: their correlation-id table spans their ids only, and
+    ids outside it (before, after, 0, negative) find no call."""
+    from perfdoctor.classify.projection import _lookup_table, calls_of
+    from perfdoctor.table import Table
+
+    corr = np.array([5_000_003, 5_000_001, 5_000_002, 5_000_007], dtype=np.int32)
+    api = Table({"start": np.arange(4, dtype=np.int64) * 10, "end": np.arange(4, dtype=np.int64) * 10 + 5,
+                 "tid": np.full(4, 7, dtype=np.int64), "correlation_id": corr})
+    table, base = _lookup_table(api)
+    assert table.size == 8 and base == 5_000_000
+    start, _, tid = calls_of(np.array([5_000_007, 5_000_001, 5_000_000, 5_000_008, 0, -3, 4]), api)
+    assert start.tolist() == [30, 10, -1, -1, -1, -1, -1] and tid.tolist() == [7, 7, -1, -1, -1, -1, -1]
+    start, _, _ = calls_of(np.array([5_000_002, 5_000_003]), api)  # all found: the gather alone
+    assert start.tolist() == [20, 0]

@@ -54,11 +54,13 @@ def rows_of(api: Table, corr: np.ndarray) -> np.ndarray:
 
 def _rows_of(api: Table, want: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Row of ``api`` holding each correlation id of ``want`` (for the ``hit`` ones; ids <= 0 never match)."""
-    table = _lookup_table(api)
-    if table is not None:
-        inside = want.size and want.min() > 0 and want.max() < table.size
-        looked = table[want if inside else np.where((want > 0) & (want < table.size), want, 0)]
-        hit = looked >= 0  # table[0] is -1: ids <= 0 and ids past the table (sent to 0) never hit
+    lookup = _lookup_table(api)
+    if lookup is not None:
+        table, base = lookup
+        at = want - base  # the table's index of each id
+        inside = want.size and want.min() > 0 and at.min() > 0 and at.max() < table.size
+        looked = table[at if inside else np.where((want > 0) & (at > 0) & (at < table.size), at, 0)]
+        hit = looked >= 0  # table[0] is -1: ids <= 0 and ids outside the table (sent to 0) never hit
         return (looked if hit.all() else looked[hit]), hit
     corr = api.col("correlation_id")
     order = np.arange(corr.size) if np.all(corr[1:] >= corr[:-1]) else np.argsort(corr, kind="stable")
@@ -69,18 +71,23 @@ def _rows_of(api: Table, want: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 @per_object
-def _lookup_table(api: Table) -> np.ndarray | None:
-    """Row of each correlation id (index = id, −1: none), built once per API table; None when the ids
-    are too sparse for a table. nsys numbers correlation ids densely from 1, so one gather replaces a
-    binary search per op."""
+def _lookup_table(api: Table) -> tuple[np.ndarray, int] | None:
+    """Row of each correlation id (index = id − base, −1: none) and the base, built once per API table; None
+    when the ids are too sparse for a table. nsys numbers correlation ids densely from 1, so one gather
+    replaces a binary search per op. The table spans the ids present: a window's calls (perfdoctor.measure.
+    windows), numbered millions in, get a table of their own span, not one from id 0."""
     corr = api.col("correlation_id")
-    if not corr.size or corr.min() < 0 or corr.max() > DENSE_FACTOR * corr.size + DENSE_SLACK:
+    if not corr.size or corr.min() < 0:
+        return None
+    base = max(int(corr.min()) - 1, 0)  # index 0 stays below every id: the "no call" entry
+    if int(corr.max()) - base > DENSE_FACTOR * corr.size + DENSE_SLACK:
         return None
     # int32 rows while they fit: this table lives as long as the timeline (40 MB, not 80, at 10M calls).
-    table = np.full(int(corr.max()) + 1, -1, dtype=np.int32 if corr.size < np.iinfo(np.int32).max else np.int64)
-    table[corr] = np.arange(corr.size, dtype=table.dtype)
-    table[0] = -1  # id 0: no correlation
-    return table
+    table = np.full(int(corr.max()) - base + 1, -1,
+                    dtype=np.int32 if corr.size < np.iinfo(np.int32).max else np.int64)
+    table[corr - base] = np.arange(corr.size, dtype=table.dtype)
+    table[0] = -1  # id 0 (or the id below the first): no correlation
+    return table, base
 
 
 def kernel_launch_calls(tl: Timeline,

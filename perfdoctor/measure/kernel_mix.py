@@ -75,8 +75,10 @@ class MixEvidence:
     moe_gemm_launches: int | None  # most GEMM launches between a token permute and the next MoE kernel
 
 
-def mix_per_step(tl: Timeline, kcls: Table, steps: Steps, compute: iv.Intervals) -> StepMix:
-    """The mix of one timeline's steps; ``compute``: its compute kernels' union (``Activity.compute``)."""
+def mix_per_step(tl: Timeline, kcls: Table, steps: Steps, compute: iv.Intervals, unfused: np.ndarray) -> StepMix:
+    """The mix of one timeline's steps; ``compute``: its compute kernels' union (``Activity.compute``),
+    ``unfused``: its kernels' unfused kinds (:func:`unfused_kinds`, of the whole timeline's kernels for a
+    window of its steps: found once per distinct name, not again per window)."""
     k = tl.kernels
     start, end = k.col("start"), k.col("end")
 
@@ -84,7 +86,6 @@ def mix_per_step(tl: Timeline, kcls: Table, steps: Steps, compute: iv.Intervals)
         return iv.overlap_per_interval(steps.starts, steps.ends, iv.union(start[mask], end[mask])).astype(float)
 
     families = {f: per_step(category_mask(kcls, *cats)) for f, cats in FAMILIES.items()}
-    unfused, _ = unfused_kinds(k)
     unfused_ns = {kind: per_step(unfused == i) for i, kind in enumerate(UNFUSED_KINDS)}
     return StepMix(families, unfused_ns, per_step(unfused >= 0), _exposed_host_copies(tl, compute, steps))
 

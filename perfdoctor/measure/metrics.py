@@ -59,12 +59,13 @@ NS_PER_MS = 1e6
 
 
 def step_quantities(tl: Timeline, kcls: Table, act: Activity, steps: Steps, labelled: bool, by_group: GroupComm,
-                    gaps: HostGaps, config: dict[str, Any]) -> dict[str, np.ndarray]:
+                    gaps: HostGaps, unfused: np.ndarray, config: dict[str, Any]) -> dict[str, np.ndarray]:
     """Per step of ``steps`` (ns, float), the quantities of :func:`timeline_metrics` that are measured on the
     device's interval sets: busy, compute, communication and its exposed part (all and per group when
     ``labelled``: the whole timeline has group labels), host gaps by cause, pipeline bubbles, the kernel
-    mix. A window of the steps (perfdoctor.measure.windows) gives the same arrays for its steps as the
-    whole timeline does, so the windows' arrays joined are the timeline's."""
+    mix (``unfused``: the kernels' unfused kinds, perfdoctor.measure.kernel_mix.unfused_kinds). A window of
+    the steps (perfdoctor.measure.windows) gives the same arrays for its steps as the whole timeline does, so
+    the windows' arrays joined are the timeline's."""
     def per_step(s: iv.Intervals) -> np.ndarray:
         return iv.overlap_per_interval(steps.starts, steps.ends, s).astype(np.float64)
 
@@ -83,7 +84,7 @@ def step_quantities(tl: Timeline, kcls: Table, act: Activity, steps: Steps, labe
             b = bubbles(steps, gaps.device_wait, by_group.exposed[GROUPS.index("pp")], gaps.wait_intervals,
                         act.compute)
             q["bubble"], q["bubble_edge"] = b.bubble_ns, b.edge_ns
-    mix = mix_per_step(tl, kcls, steps, act.compute)
+    mix = mix_per_step(tl, kcls, steps, act.compute, unfused)
     q |= {f"mix.{family}": ns for family, ns in mix.family_ns.items()}
     q |= {f"unfused.{kind}": ns for kind, ns in mix.unfused_ns.items()}
     q["unfused"], q["memcpy_exposed"] = mix.unfused_total_ns, mix.memcpy_exposed_ns
