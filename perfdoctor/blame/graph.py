@@ -18,13 +18,14 @@ pipeline send → receive) are not here: they join the ranks' paths afterwards (
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, fields
 
 import numpy as np
 
 from perfdoctor.blame.causes import CATEGORY_CAUSE, CODE
 from perfdoctor.classify.groups import GROUPS, GroupLabels
-from perfdoctor.classify.projection import kernel_launch_calls, launch_calls
+from perfdoctor.classify.projection import calls_of
 from perfdoctor.model import Timeline
 from perfdoctor.table import Table
 
@@ -37,6 +38,7 @@ EVENT_EPS_NS = 10_000
 EVENT_LOOKS = 3  # the latest ends before an op's start looked at for another stream's (blame/window.py keeps them)
 SYNC_STREAM_WAIT_EVENT = 2  # nsys ENUM_CUPTI_SYNC_TYPE
 ENDED_SLICE = 1 << 18  # starts per merge in _ended_by
+THREAD_SLICE = 1 << 20  # ops whose launching threads are looked up at once (OpSource.threads)
 NONE = -1
 
 
@@ -101,19 +103,19 @@ class OpSource:
     """The device ops of a timeline, taken a range of start times at a time (blame/window.py walks a rank in
     windows of whole steps): per table (kernels, copies, fills) its rows in start order, their cause and
     launch call. The ops of a range come in the order of all of them (start, then kernels before copies before
-    fills, then row), so a window's ops are in the whole graph's order."""
+    fills, then row), so a window's ops are in the whole graph's order. Launch calls are looked up for the
+    ops of each range as it is taken: held for every kernel, their starts and threads were 160 MB at 10M."""
 
     def __init__(self, tl: Timeline, kcls: Table, ccls: Table, groups: GroupLabels) -> None:
         k, c, f = tl.kernels, tl.memcpy, tl.memset
         c_cause = np.full(len(c), CODE["copy"], dtype=np.int16)
         if len(c):
             c_cause[ccls["category"].mask("comm")] = CODE["transfer.other"]  # peer copies move data between GPUs
-        # per table: (table, cause, launch start, launching thread, whether its rows are kernels)
-        self.parts = [(t, cause, call[0], call[2], t is k) for t, cause, call in (
-            (k, _kernel_causes(kcls, groups), kernel_launch_calls(tl) if len(k) else None),  # shared (memoized)
-            (c, c_cause, launch_calls(c, tl.api) if len(c) else None),
-            (f, np.full(len(f), CODE["compute.other"], dtype=np.int16), launch_calls(f, tl.api) if len(f) else None))
-            if len(t)]
+        # per table: (table, cause, whether its rows are kernels)
+        f_cause = np.full(len(f), CODE["compute.other"], dtype=np.int16)
+        self.parts = [(t, cause, t is k) for t, cause in ((k, _kernel_causes(kcls, groups)), (c, c_cause), (f, f_cause))
+                      if len(t)]
+        self._api = tl.api
         # per table its rows in start order (None: the table's own order, the loader's for kernels) and starts
         self.order: list[np.ndarray | None] = []
         self.starts: list[np.ndarray] = []
@@ -133,12 +135,13 @@ class OpSource:
     def between(self, t0: int, t1: int) -> Ops:
         """The ops that start in [t0, t1), in order."""
         cols: list[list[np.ndarray]] = [[] for _ in range(7)]
-        for (t, cause, launch, tid, kernel), order, start in zip(self.parts, self.order, self.starts):
+        for (t, cause, kernel), order, start in zip(self.parts, self.order, self.starts):
             a, b = np.searchsorted(start, [t0, t1], side="left").tolist()
             rows = slice(a, b) if order is None else order[a:b]
             row = (np.arange(a, b) if order is None else rows) if kernel else np.full(b - a, NONE)
+            launch, _, tid = calls_of(t.col("correlation_id")[rows], self._api)
             for out, col in zip(cols, (t.col("start")[rows], t.col("end")[rows], t.col("stream")[rows], cause[rows],
-                                       row, launch[rows], tid[rows])):
+                                       row, launch, tid)):
                 out.append(col)
         if len(cols[0]) == 1:  # one table (kernels only, usually): its columns' slices, no copy, no sort
             return Ops(*(c[0] for c in cols))
@@ -147,9 +150,22 @@ class OpSource:
         order = np.argsort(np.concatenate(cols[0]), kind="stable")
         return Ops(*(np.concatenate(c)[order] for c in cols))
 
-    def threads(self) -> list[np.ndarray]:
-        """The launching thread of every op, per table."""
-        return [tid for _, _, _, tid, _ in self.parts]
+    def threads(self) -> Iterable[np.ndarray]:
+        """The launching thread of every op, a slice of a table at a time (as often as iterated)."""
+        return _Threads(self.parts, self._api)
+
+
+class _Threads:
+    """:meth:`OpSource.threads`: the ops' launching threads, looked up a slice of ops at a time."""
+
+    def __init__(self, parts: list[tuple[Table, np.ndarray, bool]], api: Table) -> None:
+        self._parts, self._api = parts, api
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        for t, *_ in self._parts:
+            corr = t.col("correlation_id")
+            for lo in range(0, corr.size, THREAD_SLICE):
+                yield calls_of(corr[lo:lo + THREAD_SLICE], self._api)[2]
 
 
 def _kernel_causes(kcls: Table, groups: GroupLabels) -> np.ndarray:
