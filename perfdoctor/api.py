@@ -355,8 +355,12 @@ def analyze_timeline(tl: Timeline, config: dict[str, Any], excerpts: bool, trace
                         rank_mark=rank_mark(tl), config_mark=config_mark(tl), last_event_ns=last_event_ns(tl),
                         fingerprints=timeline_fingerprints(tl))
     cols = collectives(tl, steps, groups) if on_device else None
+    # The heap's free pages go back before and after the windows: the classification's temporaries are not
+    # reused by the windows' (smaller), nor the windows' by the tallies' columns (mapped on their own).
+    give_back()
     measured = measure_windows(tl, kcls, groups, steps, config, on_device, cols,
                                excerpts and steps is not None, trace_excerpts and steps is not None)
+    give_back()
     device = summarize(tl, kcls, ccls, steps, measured.ns)
     device.groups = groups.summary(tl.kernels)
     result = RankResult(info, device, None, None, None, None)
@@ -364,6 +368,7 @@ def analyze_timeline(tl: Timeline, config: dict[str, Any], excerpts: bool, trace
         return result
     result.excerpt, result.trace_excerpt = measured.excerpt, measured.trace_excerpt
     launches = launch_stats(tl) if on_device else None
+    give_back()  # its slices' temporaries (heap), not reused by what follows
     result.metrics, device.evidence = timeline_metrics(tl, kcls, steps, groups, measured.quantities, launches,
                                                        config)
     result.metrics |= graph_metrics(tl, steps)

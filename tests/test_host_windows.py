@@ -175,16 +175,21 @@ def test_eager_launch_stats_calls_of_several_kernels(seed, monkeypatch):
         assert host.launch_stats(tl) == whole
 
 
-def test_narrow_column_widens():
-    """A column of slices held as int32 until a value needs int64; its median is the int64 column's."""
-    values = np.array([5, -3, 2**40, 7, 1, -2**35, 4], dtype=np.int64)
-    col = host._Narrow(values.size)
-    col.put(0, values[:2])
-    assert col.values.dtype == np.int32
-    col.put(2, values[2:5])
-    col.put(5, values[5:])
-    assert col.values.dtype == np.int64 and np.array_equal(col.values, values)
-    assert col.median() == float(np.median(values))
+@pytest.mark.parametrize("shape", ["counted", "long", "mixed", "negative", "one", "empty_slices"])
+@pytest.mark.parametrize("count", [1, 2, 7, 1000, 1001])
+def test_counted_median_is_numpys(shape, count):
+    """Integers counted a slice at a time (those from 0 to 1 ms) and kept (the others) give np.median's value,
+    for odd and even counts, the middle falling among counted, kept long or negative values."""
+    rng = np.random.default_rng(count)
+    counted = host._Median.COUNTED
+    values = {"counted": rng.integers(0, counted, count), "long": rng.integers(counted, 2**40, count),
+              "mixed": rng.choice([3, counted - 1, counted, 2**35], count),
+              "negative": rng.integers(-5, 5, count) * (counted // 3), "one": np.full(count, 42),
+              "empty_slices": rng.integers(0, 100, count)}[shape].astype(np.int64)
+    median = host._Median()
+    for part in np.array_split(values, 5):  # some slices empty when the values are fewer
+        median.add(part.astype(np.int32) if shape == "counted" else part)
+    assert median.size == values.size and median.median() == float(np.median(values))
 
 
 @pytest.mark.parametrize("seed", range(4))

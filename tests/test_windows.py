@@ -131,10 +131,11 @@ def test_each_part_of_a_windows_rows_is_needed(wholes, kineto_whole, part, monke
     comparison above would catch a window built without it)."""
     rows, results = windows._rows, []
     if part == "still_open":
-        monkeypatch.setattr(windows, "_rows", lambda t, lo, hi, still_open, after=True: rows(t, lo, hi, None, after))
+        monkeypatch.setattr(windows, "_rows", lambda t, s, lo, hi, still_open, after=True: rows(t, s, lo, hi, None,
+                                                                                               after))
     elif part == "first_after":
-        monkeypatch.setattr(windows, "_rows", lambda t, lo, hi, still_open, after=True: rows(t, lo, hi, still_open,
-                                                                                            False))
+        monkeypatch.setattr(windows, "_rows", lambda t, s, lo, hi, still_open, after=True: rows(t, s, lo, hi,
+                                                                                               still_open, False))
     elif part == "launch_calls":
         monkeypatch.setattr(windows, "rows_of", lambda api_table, corr: np.zeros(0, dtype=np.int64))
     else:
@@ -166,3 +167,28 @@ def test_a_windows_calls_are_looked_up_in_a_table_of_their_own_span():
     assert start.tolist() == [30, 10, -1, -1, -1, -1, -1] and tid.tolist() == [7, 7, -1, -1, -1, -1, -1]
     start, _, _ = calls_of(np.array([5_000_002, 5_000_003]), api)  # all found: the gather alone
     assert start.tolist() == [20, 0]
+
+
+def test_calls_and_copies_out_of_order_are_windowed_as_well(monkeypatch):
+    """CUDA calls and copies that do not come sorted by start (another exporter's order) are found per window
+    through their sorted starts: the same analysis as one window."""
+    tl = next(t for t in load_trace(SAMPLES / "prefetch_overlap" / "prefetch_overlap.rank0.sqlite",
+                                    detail=False)[1] if t.device_id is not None)
+    rng = np.random.default_rng(0)
+    tl = dataclasses.replace(tl, api=tl.api.take(rng.permutation(len(tl.api))),
+                             memcpy=tl.memcpy.take(rng.permutation(len(tl.memcpy))))
+    assert len(tl.memcpy) > 1
+    steps = _step_sets(find_steps(tl, activity_window(tl), kernel_classes(tl.kernels)))[2]
+
+    def analysed():
+        with pytest.MonkeyPatch.context() as m:
+            m.setattr(api, "find_steps", lambda *_: steps)
+            m.setattr(api, "beside", lambda *_: SimpleNamespace(result=lambda: None))
+            r = api.analyze_timeline(tl, {}, True, True)
+        return _plain({"metrics": r.metrics, "series": r.series, "device": r.device, "excerpt": r.excerpt,
+                       "collectives": r.collectives})
+
+    whole = analysed()
+    monkeypatch.setattr(windows, "WINDOW_KERNELS", 1)
+    assert len(list(windows.windows(tl, steps))) == len(steps)
+    assert analysed() == whole

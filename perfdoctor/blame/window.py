@@ -40,7 +40,7 @@ from perfdoctor.model import Timeline
 
 # Ops in a window (one step at least): its graph, edges and lifting tables take about 100 bytes an op at
 # their peak. Tests shrink it to walk a trace in many windows.
-WINDOW_OPS = 1 << 19
+WINDOW_OPS = 1 << 18
 LOWEST, HIGHEST = np.iinfo(np.int64).min, np.iinfo(np.int64).max
 
 

@@ -35,9 +35,11 @@ from perfdoctor.measure.steps import Steps
 from perfdoctor.model import Timeline
 from perfdoctor.table import Table
 
-# Kernels per window (a window holds at least one whole step): its interval sets and per-kernel
-# temporaries are about 100 bytes a kernel, so a window's measurement holds some 50 MB.
-WINDOW_KERNELS = 1 << 19
+# Kernels per window (a window holds at least one whole step): its interval sets and per-kernel temporaries
+# are about 100 bytes a kernel, so a window's measurement holds some 25 MB. Measured at 10M kernels (peak RSS
+# of the measurements above what they start from): 2^16 +104 MiB, 2^18 +109, 2^20 +178 (most of it the whole
+# timeline's call lookup and kernel kinds); 2^18 costs no time against 2^19.
+WINDOW_KERNELS = 1 << 18
 
 NEVER = np.iinfo(np.int64).max
 
@@ -77,15 +79,17 @@ def windows(tl: Timeline, steps: Steps, size: int | None = None) -> Iterator[Win
                      int(steps.ends[-1]) if n else NEVER)
         return
     open_rows: dict[str, np.ndarray] = {}
+    starts = {name: _Starts(getattr(tl, name)) for name in ("kernels", "memcpy", "memset", "api")}
     for i, (a, b) in enumerate(runs):
         lo = -NEVER if i == 0 else int(steps.starts[a])
         upto = NEVER if b == n else int(steps.starts[b])
         hi = max(upto, int(steps.ends[a:b].max()))
-        rows = {name: _rows(getattr(tl, name), lo, hi, open_rows.get(name)) for name in ("kernels", "memcpy", "memset")}
+        rows = {name: _rows(getattr(tl, name), starts[name], lo, hi, open_rows.get(name))
+                for name in ("kernels", "memcpy", "memset")}
         for name, r in rows.items():  # the rows still running at the next window's start
             t = getattr(tl, name)
             open_rows[name] = r[(t.col("end")[r] > upto) & (t.col("start")[r] < upto)] if len(t) else r
-        calls = _rows(tl.api, lo, hi, open_rows.get("api"), after=False)
+        calls = _rows(tl.api, starts["api"], lo, hi, open_rows.get("api"), after=False)
         open_rows["api"] = calls[(tl.api.col("end")[calls] > upto) & (tl.api.col("start")[calls] < upto)]
         calls = _joined(calls, *(rows_of(tl.api, getattr(tl, name).col("correlation_id")[r])
                                  for name, r in rows.items()))
@@ -96,24 +100,35 @@ def windows(tl: Timeline, steps: Steps, size: int | None = None) -> Iterator[Win
                      int(steps.starts[b]) if b < n else int(steps.ends[-1]))
 
 
-def _rows(table: Table, lo: int, hi: int, still_open: np.ndarray | None, after: bool = True) -> np.ndarray:
+class _Starts:
+    """A table's starts in order, found once for all its windows: the table's own column when the rows come
+    sorted (kernels, and CUDA calls and copies as nsys writes them), else sorted with the order kept."""
+
+    def __init__(self, table: Table) -> None:
+        start = table.col("start") if len(table) else np.zeros(0, dtype=np.int64)
+        self.order = None if np.all(start[1:] >= start[:-1]) else np.argsort(start, kind="stable")
+        self.start = start if self.order is None else start[self.order]
+
+    def rows(self, a: int, b: int) -> np.ndarray:
+        """The rows of the sorted positions ``[a, b)``, in table order."""
+        return np.arange(a, b) if self.order is None else np.sort(self.order[a:b])
+
+
+def _rows(table: Table, starts: _Starts, lo: int, hi: int, still_open: np.ndarray | None,
+          after: bool = True) -> np.ndarray:
     """Rows of ``table`` overlapping ``[lo, hi)`` and, with ``after``, the first starting at or after ``hi``,
     in table order. ``still_open``: the previous window's rows still running at ``lo`` (the only rows
     starting before it that can reach into it)."""
     if not len(table):
         return np.zeros(0, dtype=np.int64)
-    start, end = table.col("start"), table.col("end")
-    if np.all(start[1:] >= start[:-1]):  # kernels (sorted by the loader), and copies in the usual case
-        a, b = np.searchsorted(start, lo, side="left"), np.searchsorted(start, hi, side="left")
-        inside = np.arange(a, b)
-        later = np.array([b]) if after and b < start.size else np.zeros(0, dtype=np.int64)
-        before = still_open if still_open is not None else np.zeros(0, dtype=np.int64)
-        return np.concatenate([before[end[before] > lo], inside, later]).astype(np.int64)
-    overlap = (end > lo) & (start < hi)
-    later = np.flatnonzero(start >= hi) if after else np.zeros(0, dtype=np.int64)
-    if later.size:
-        overlap[later[np.argmin(start[later])]] = True
-    return np.flatnonzero(overlap)
+    a, b = np.searchsorted(starts.start, [lo, hi], side="left").tolist()
+    parts = [starts.rows(a, b)]
+    if still_open is not None:
+        parts.insert(0, still_open[table.col("end")[still_open] > lo])
+    if after and b < starts.start.size:
+        parts.append(starts.rows(b, b + 1))
+    rows = np.concatenate(parts).astype(np.int64)
+    return rows if starts.order is None else np.unique(rows)
 
 
 def _joined(*parts: np.ndarray) -> np.ndarray:
