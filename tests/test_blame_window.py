@@ -193,3 +193,84 @@ def test_last_of_each_stream(ids):
     values = np.array(ids, dtype=np.int64)
     expected = sorted(max(i for i, v in enumerate(ids) if v == u) for u in set(ids))
     assert sorted(window._last_of_each(values).tolist()) == expected
+
+
+# A step larger than a window (a capture without step markers is one step: the activity window) is walked a
+# part at a time (window.Parts). The representative step is cut only when it is not replayed (the replay
+# reads its whole graph): these cases replay nothing (REPLAY_MAX_OPS 0, for the whole graph's walk too).
+@pytest.fixture(scope="module")
+def one_step():
+    out = []
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(path, "REPLAY_MAX_OPS", 0)
+        for trace in TRACES:
+            tl, kcls, ccls, groups, steps = _inputs(trace)
+            lo, hi = activity_window(tl)
+            for s in (Steps(np.array([lo]), np.array([hi]), "window"), _step_sets(steps)[1]):
+                out.append((trace.name, (tl, kcls, ccls, groups, s), _whole(tl, kcls, ccls, groups, s)))
+    return out
+
+
+def _parts(args, rep=-1) -> list[window.Parts]:
+    tl, kcls, ccls, groups, steps = args
+    return [ops for *_, ops in window.window_ops(OpSource(tl, kcls, ccls, groups), steps, rep)
+            if isinstance(ops, window.Parts)]
+
+
+@pytest.mark.parametrize("size", [1, 7, 64])
+def test_a_step_walked_a_part_at_a_time_walks_the_whole_graphs_path(one_step, size, monkeypatch):
+    """Parts of 1, 7 and 64 ops: one step (no step markers) and 4x shorter steps, each cut into parts."""
+    monkeypatch.setattr(window, "WINDOW_OPS", size)
+    monkeypatch.setattr(path, "REPLAY_MAX_OPS", 0)
+    for name, args, whole in one_step:
+        parts = _parts(args)
+        assert any(p.cuts.size > 1 for p in parts), name
+        _same(_windowed(*args), whole)
+        assert not _trace_edges_differ(args), name
+
+
+def test_a_replayed_representative_step_is_not_cut(one_step, monkeypatch):
+    """The one step replayed (few ops) is walked on its whole graph; the same what-ifs."""
+    monkeypatch.setattr(window, "WINDOW_OPS", 7)
+    for name, (tl, kcls, ccls, groups, s), _ in one_step[:2]:
+        if len(s) == 1:
+            assert not _parts((tl, kcls, ccls, groups, s), rep=0), name
+            whole = _whole(tl, kcls, ccls, groups, s)
+            assert whole.saving, name
+            _same(_windowed(tl, kcls, ccls, groups, s), whole)
+
+
+def _dropped(what: str, monkeypatch) -> None:
+    """Drop one piece of what a walk carries from a part to the part before it."""
+    if what == "margin":  # the parts' margins: a part's ops get other edges
+        monkeypatch.setattr(window, "_margin", lambda ops, t: np.zeros(0, dtype=np.intp))
+        return
+    if what == "stop":  # the walk does not stop at a margin op: it goes on along the margin's own edges
+        walker = window._Walker
+        monkeypatch.setattr(window, "_Walker", lambda *a, margin=0, cut=None: walker(*a, margin=0, cut=cut))
+        return
+    run = path._Walker.run
+
+    def forgetting(self, w):  # the walk taken up again in a part before: its sums or segments lost
+        if self.cut > window.LOWEST and w.seg._settled:
+            if what == "sums":
+                w.residual, w.after_sync = 0, 0
+            else:
+                w.seg._settled.clear()
+                w.seg._chunks.clear()
+        run(self, w)
+    monkeypatch.setattr(path._Walker, "run", forgetting)
+
+
+@pytest.mark.parametrize("what", ["margin", "stop", "sums", "segments"])
+def test_what_a_walk_carries_between_parts_is_needed(one_step, what, monkeypatch):
+    monkeypatch.setattr(window, "WINDOW_OPS", 7)
+    monkeypatch.setattr(path, "REPLAY_MAX_OPS", 0)
+    _dropped(what, monkeypatch)
+    differ = 0
+    for _, args, whole in one_step:
+        try:
+            _same(_windowed(*args), whole)
+        except AssertionError:
+            differ += 1
+    assert differ

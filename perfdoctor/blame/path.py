@@ -90,10 +90,10 @@ class Segments:
         for c in self._chunks[len(self._settled):]:
             op = c[3]
             dev = op >= 0
-            at = np.maximum(op, 0)
-            self._settled.append((*c[:3], np.where(dev, at if ids is None else ids[at], HOST), c[4],
-                                  np.where(dev, ops.kernel[at], NONE), np.where(dev, marks.unfused[at], NONE),
-                                  np.where(dev, marks.delay[at], 0)))
+            at = np.maximum(op, 0) if len(ops) else np.zeros(0, dtype=np.int64)  # (no ops: host segments only)
+            self._settled.append((*c[:3], np.where(dev, op if ids is None else ids[at], HOST) if at.size else op, c[4],
+                                  *(np.where(dev, col[at], fill) if at.size else np.full(op.size, fill, col.dtype)
+                                    for col, fill in ((ops.kernel, NONE), (marks.unfused, NONE), (marks.delay, 0)))))
 
     def columns(self) -> dict[str, np.ndarray]:
         """The settled segments as columns, latest first."""
