@@ -274,3 +274,32 @@ def test_what_a_walk_carries_between_parts_is_needed(one_step, what, monkeypatch
         except AssertionError:
             differ += 1
     assert differ
+
+
+@pytest.mark.parametrize("trace", [TRACES[5], TRACES[6]], ids=lambda p: p.name)
+def test_a_parts_calls_find_the_steps_next_call(trace, monkeypatch):
+    """A part's walk of a one-thread host merges only the part's calls (blame/window.py Parts._hosts): after
+    any time in the part, the thread's next merged call is the step's, found in the part or, past its
+    end, in the parts after it (``later``; without it the host work after a blocking call that returned in
+    one part and called again in a later one would be cut short)."""
+    from perfdoctor.blame.calls import WindowCalls
+    from perfdoctor.blame.causes import HostRanges
+
+    monkeypatch.setattr(window, "WINDOW_OPS", 7)
+    tl, kcls, ccls, groups, _ = _inputs(trace)
+    lo, hi = activity_window(tl)
+    (parts,) = _parts((tl, kcls, ccls, groups, Steps(np.array([lo]), np.array([hi]), "window")))
+    hosts = parts._hosts(path.HostSide(tl, OpSource(tl, kcls, ccls, groups).threads(), WindowCalls(tl)))
+    ((tid, (starts, _)),) = HostRanges(tl).calls.items()
+    beyond = 0
+    for j, (a, b) in enumerate(zip(parts.cuts.tolist(), [*parts.cuts[1:].tolist(), hi])):
+        side = hosts(j)
+        mine = side.ranges.calls[tid][0]
+        for c1 in np.unique(np.linspace(a, b - 1, 5).astype(np.int64)).tolist():
+            k = int(np.searchsorted(starts, c1, side="right"))
+            expected = int(starts[k]) if k < starts.size else None
+            at = int(np.searchsorted(mine, c1, side="right"))
+            found = int(mine[at]) if at < mine.size else side.later(tid, c1, hi)
+            assert found == expected, (j, c1)
+            beyond += at == mine.size and expected is not None
+    assert beyond  # some next calls lie in a later part

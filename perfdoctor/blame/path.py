@@ -21,6 +21,7 @@ cross-rank join splits off the part spent waiting for a late peer (:mod:`perfdoc
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
@@ -142,12 +143,20 @@ class HostSide:
         self.ranges = HostRanges(tl, calls)
         self.blocking = _blocking(tl)
         self._threads = threads
-        self._calls = calls
+        self.window_calls = calls
+        # (thread, t0, t1): the start of the thread's first merged call in (t0, t1] that the calls of this
+        # host do not reach, or None (blame/window.py Parts: the calls of the parts after this one)
+        self.later: Callable[[int, int, int], int | None] | None = None
 
     def within(self, lo: int, hi: int) -> HostSide:
         """This host with the calls of the window [lo, hi] (handed out in order: perfdoctor.blame.calls)."""
+        return self.with_calls(self.window_calls.window(lo, hi)) if self.window_calls is not None else self
+
+    def with_calls(self, calls: dict[int, iv.Intervals],
+                   later: Callable[[int, int, int], int | None] | None = None) -> HostSide:
+        """This host with ``calls`` as its merged calls (and ``later``: see the constructor)."""
         out = copy.copy(self)
-        out.ranges = self.ranges.within(self._calls.window(lo, hi)) if self._calls is not None else self.ranges
+        out.ranges, out.later = self.ranges.within(calls), later
         return out
 
     @cached_property
@@ -395,6 +404,7 @@ class _Walker:
                 c0, c1 = w.c0, w.c1
                 if c1 < self.cut:
                     return True
+                w.after_sync += self._before_next_call(w.tid, c1, w.t)
                 q = self.last_ended(c1)
                 if q != NONE and self.end[q] > max(c0, lo):
                     seg.add(self.end[q], c1, CODE["host.sync"])
@@ -422,8 +432,7 @@ class _Walker:
                 break
             c0, c1 = int(calls[0][j]), min(int(calls[1][j]), t)
             self._host_work(seg, c1, t, tid)
-            w.after_sync += self._before_next_call(tid, c1, t)
-            w.at, w.c0, w.c1 = "sync", c0, c1
+            w.at, w.c0, w.c1 = "sync", c0, c1  # (t, tid: the thread and time the stretch of host work ended)
         w.at = "done"
         return False
 
@@ -435,7 +444,10 @@ class _Walker:
         if calls is None:
             return t - c1
         j = int(np.searchsorted(calls[0], c1, side="right"))
-        return (min(int(calls[0][j]), t) if j < calls[0].size else t) - c1
+        if j < calls[0].size:
+            return min(int(calls[0][j]), t) - c1
+        later = self.side.later(tid, c1, t) if self.side.later is not None else None
+        return (min(later, t) if later is not None else t) - c1
 
     def _host_work(self, seg: Segments, a: int, b: int, tid: int) -> None:
         """[a, b) of host work, split by cause; the pieces are laid back to back (their order inside the

@@ -27,7 +27,8 @@ start to its steps' latest end. A trace of one step is one window: nothing bound
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import functools
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
@@ -54,7 +55,7 @@ def windowed_path(tl: Timeline, source: OpSource, steps: Steps, instances: np.nd
     waits = stream_waits(tl.sync)
     for i0, i1, lo, hi, ops in window_ops(source, steps, walks.rep):
         if isinstance(ops, Parts):
-            walks.record(i0, ops.walk(tl, steps, host.within(lo, hi), waits, kernel_marks))
+            walks.record(i0, ops.walk(tl, steps, host, waits, kernel_marks))
             continue
         graph = edges(ops, waits)
         walks.walk(_Walker(tl, ops, graph, steps, host.within(lo, hi)), ops, graph, kernel_marks.of(ops), i0, i1)
@@ -144,6 +145,31 @@ class Parts:
         end = int(self.cuts[j + 1]) if j + 1 < self.cuts.size else self.hi + 1  # (an op starting at hi too)
         return self.source.between(int(self.cuts[j]), end)
 
+    def _hosts(self, host: HostSide) -> Callable[[int], HostSide]:
+        """Per part, the host with the calls it needs. The walk of a part asks the calls about the times from
+        a blocking call's return in the part (a thread's first call after it: found in the parts after this
+        one when not in it) and, where two threads call CUDA, about the quiet stretches back to the last
+        blocking call, which may lie parts before: then every part has the step's calls, merged once."""
+        calls = host.window_calls
+        if calls is None or not calls.one_thread or not calls.in_order:
+            step = host.within(self.lo, self.hi)
+            return lambda j: step
+        spans, since = [], None
+        for j, cut in enumerate(self.cuts.tolist()):  # the calls each part merges (blame/calls.py)
+            opened, a = since = calls.open_at(cut, since)
+            spans.append(calls.span(cut, int(self.cuts[j + 1]) if j + 1 < self.cuts.size else self.hi, opened, a))
+
+        def later(j: int, tid: int, c1: int, t: int) -> int | None:
+            for k in range(j + 1, self.cuts.size):
+                if self.cuts[k] > t:
+                    break
+                mine = calls.merged(spans[k]).get(tid)
+                at = int(np.searchsorted(mine[0], c1, side="right")) if mine is not None else 0
+                if mine is not None and at < mine[0].size:
+                    return int(mine[0][at])
+            return None
+        return lambda j: host.with_calls(calls.merged(spans[j]), functools.partial(later, j))
+
     def part(self, j: int) -> tuple[Ops, np.ndarray]:
         """Part ``j``'s ops (its margin, then those that start in it) and their places among all ops (in
         order: the margin's come first)."""
@@ -172,12 +198,13 @@ class Parts:
              kernel_marks: KernelMarks) -> Walk:
         """The step walked back part by part; its segments settled (blame/path.py)."""
         lo, hi = self.lo, self.hi
+        hosts = self._hosts(host)
         j = self.cuts.size - 1 if self.last_t < hi else self._part(self.last_start)
         w, n = None, self.last
         while True:
             ops, places = self.part(j)
             graph = edges(ops, waits)
-            walker = _Walker(tl, ops, graph, steps, host, margin=len(self.margins[j][1]), cut=int(self.cuts[j]))
+            walker = _Walker(tl, ops, graph, steps, hosts(j), margin=len(self.margins[j][1]), cut=int(self.cuts[j]))
             local = NONE if n == NONE else int(np.searchsorted(places, n))
             if w is None:
                 w = walker.begin(lo, hi, local if self.last_t >= hi else NONE, self.last_t, self.last_tid,
