@@ -85,8 +85,8 @@ class WindowCalls:
         those of an earlier time (``since``; else the last window's), without changing them."""
         opened, at = since if since is not None else (self._open, self._at)
         a = int(np.searchsorted(self.start, lo, side="left"))
-        passed = np.arange(at, a)  # calls that started since then, before lo
-        return np.concatenate([opened[self.end[opened] >= lo], passed[self.end[at:a] >= lo]]), a
+        passed = at + np.flatnonzero(self.end[at:a] >= lo)  # calls that started since then, before lo
+        return np.concatenate([opened[self.end[opened] >= lo], passed]), a
 
     def span(self, lo: int, hi: int, opened: np.ndarray, a: int) -> tuple[np.ndarray, int, int]:
         """The calls a window [lo, hi] merges: ``opened`` (open_at lo, ``a`` the calls before lo), then those

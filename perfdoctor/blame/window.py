@@ -22,7 +22,9 @@ latest ends) resolve alike. The margin of the next window is this window's ops (
 windows, taken in chunks) that start before its start, reduced again: it stays a few ops per stream.
 
 Steps out of order are walked on the whole graph. Steps may overlap: a window runs from its first step's
-start to its steps' latest end. A trace of one step is one window: nothing bounds its graph but the step.
+start to its steps' latest end. A step with more ops than a window (a capture without step markers is one
+step) is cut into parts at op starts, each with its margin, and walked back a part at a time (:class:`Parts`):
+the walk leaves a part only for what started or ended before it and goes on in the part it lies in.
 """
 
 from __future__ import annotations
@@ -179,8 +181,10 @@ class Parts:
         return ops.after(margin), np.concatenate([ids, np.arange(first, first + len(ops))])
 
     def margin_at(self, t: int) -> tuple[Ops, np.ndarray, int]:
-        """The margin of a window starting at ``t`` (at or after the step's start), its places among all
-        ops, and ``t``: from the last part starting at or before ``t`` and the ops of that part before it."""
+        """The margin of a window starting at ``t`` (at or after the step's start; past the step's ops, of
+        those up to them), its places among all ops, and the time it is the margin at: from the last part
+        starting at or before it and the ops of that part before it."""
+        t = min(t, self.hi + 1)
         j = int(np.searchsorted(self.cuts, t, side="right")) - 1
         margin, ids = self.margins[j]
         c = int(self.cuts[j])
