@@ -85,16 +85,18 @@ class Segments:
     def settle(self, ops: Ops, marks: Marks, ids: np.ndarray | None = None) -> None:
         """Name the device ops of the segments added since the last call by what outlives the graph they
         were walked on (blame/window.py walks a step on several): ``op`` becomes the op's place among all of
-        the rank's (``ids``: per op of the graph; None: the graph is all of them), with its kernel row and
-        marks beside it."""
+        the rank's (``ids``: per op of the graph), or stays its index in the graph (None: one graph holds
+        every op a walk of the step reaches), with its kernel row and marks beside it."""
         self._flush()
-        for c in self._chunks[len(self._settled):]:
-            op = c[3]
-            dev = op >= 0
-            at = np.maximum(op, 0) if len(ops) else np.zeros(0, dtype=np.int64)  # (no ops: host segments only)
-            self._settled.append((*c[:3], np.where(dev, op if ids is None else ids[at], HOST) if at.size else op, c[4],
-                                  *(np.where(dev, col[at], fill) if at.size else np.full(op.size, fill, col.dtype)
-                                    for col, fill in ((ops.kernel, NONE), (marks.unfused, NONE), (marks.delay, 0)))))
+        for start, end, cause, op, inferred in self._chunks[len(self._settled):]:
+            if not len(ops):  # a graph without ops: host segments only
+                named = (op, np.full(op.size, NONE), np.full(op.size, NONE, dtype=np.int8), np.zeros(op.size, np.int64))
+            else:
+                dev, at = op >= 0, np.maximum(op, 0)
+                named = (np.where(dev, op if ids is None else ids[at], HOST), np.where(dev, ops.kernel[at], NONE),
+                         np.where(dev, marks.unfused[at], NONE), np.where(dev, marks.delay[at], 0))
+            place, kernel, unfused, delay = named
+            self._settled.append((start, end, cause, place, inferred, kernel, unfused, delay))
 
     def columns(self) -> dict[str, np.ndarray]:
         """The settled segments as columns, latest first."""
