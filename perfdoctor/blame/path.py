@@ -88,15 +88,17 @@ class Segments:
         the rank's (``ids``: per op of the graph), or stays its index in the graph (None: one graph holds
         every op a walk of the step reaches), with its kernel row and marks beside it."""
         self._flush()
-        for start, end, cause, op, inferred in self._chunks[len(self._settled):]:
-            if not len(ops):  # a graph without ops: host segments only
-                named = (op, np.full(op.size, NONE), np.full(op.size, NONE, dtype=np.int8), np.zeros(op.size, np.int64))
-            else:
-                dev, at = op >= 0, np.maximum(op, 0)
-                named = (np.where(dev, op if ids is None else ids[at], HOST), np.where(dev, ops.kernel[at], NONE),
-                         np.where(dev, marks.unfused[at], NONE), np.where(dev, marks.delay[at], 0))
-            place, kernel, unfused, delay = named
-            self._settled.append((start, end, cause, place, inferred, kernel, unfused, delay))
+        if not self._chunks:
+            return
+        start, end, cause, op, inferred = (np.concatenate(c) for c in zip(*self._chunks))
+        self._chunks = []  # (a chunk per device chain: their arrays' own size is most of a long path's)
+        if not len(ops):  # a graph without ops: host segments only
+            named = (op, np.full(op.size, NONE), np.full(op.size, NONE, dtype=np.int8), np.zeros(op.size, np.int64))
+        else:
+            dev, at = op >= 0, np.maximum(op, 0)
+            named = (np.where(dev, op if ids is None else ids[at], HOST), np.where(dev, ops.kernel[at], NONE),
+                     np.where(dev, marks.unfused[at], NONE), np.where(dev, marks.delay[at], 0))
+        self._settled.append((start, end, cause, named[0], inferred, *named[1:]))
 
     def columns(self) -> dict[str, np.ndarray]:
         """The settled segments as columns, latest first."""
