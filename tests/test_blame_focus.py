@@ -30,7 +30,10 @@ def test_on_path_by_hand():
     marks.delay[3] = 500  # waited longer than the step is long: only the path inside the step counts
     cols = _cols([(60, 70, "compute.elementwise", 3), (50, 60, "compute.norm", 2), (30, 50, "transfer.dp", 1),
                   (10, 30, "compute.elementwise", 0), (5, 10, "host.launch", 0), (0, 5, "host.sync", -1)])
-    out = dict(zip(FOCUS, on_path(marks, cols, 0, sync_ns=5.0, after_sync_ns=3).tolist()))
+    at = np.maximum(cols["op"], 0)  # the marks of each segment's op (blame/path.py Segments.settle)
+    cols |= {"unfused": np.where(cols["op"] >= 0, marks.unfused[at], -1),
+             "delay": np.where(cols["op"] >= 0, marks.delay[at], 0)}
+    out = dict(zip(FOCUS, on_path(cols, 0, sync_ns=5.0, after_sync_ns=3).tolist()))
     assert out["unfused_softmax"] == 20  # its kernel, not the launch segment that names it
     assert out["unfused_rope"] == 10 and out["unfused"] == 30
     assert out["ln_blocked"] == 15 + 60  # [35, 50) before the norm, [0, 60) before the other (clipped)

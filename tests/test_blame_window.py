@@ -82,10 +82,9 @@ def test_the_default_window_walks_the_whole_graphs_paths(cases):
 def _described(ops, e, rows) -> np.ndarray:
     """Per op in ``rows``: its binding edge (kind, ready, inferred) and its binding, stream, event and
     stream-wait sources as ops (their columns, not their index)."""
-    b = e.bind[rows]
-    at = np.maximum(b, 0)
-    key = [np.where(b >= 0, e.kind[at], -1), np.where(b >= 0, e.ready[at], 0), np.where(b >= 0, e.inferred[at], 0)]
-    for src in (np.where(b >= 0, e.src[at], -1), e.stream_src[rows], e.event_src[rows], e.wait_src[rows]):
+    at = np.where(e.bind[rows] >= 0, e.bind[rows], e.kind.size)  # (no edge: the fill appended to each column)
+    key = [np.append(e.kind, -1)[at], np.append(e.ready, 0)[at], np.append(e.inferred, False)[at]]
+    for src in (np.append(e.src, -1)[at], e.stream_src[rows], e.event_src[rows], e.wait_src[rows]):
         key += [np.where(src >= 0, col[np.maximum(src, 0)], -1) for col in (ops.start, ops.end, ops.stream,
                                                                              ops.kernel)]
     return np.stack([np.asarray(k, dtype=np.int64) for k in key])
@@ -104,11 +103,20 @@ def _core_edges_differ(whole_ops, sync, windows) -> bool:
     return False
 
 
+def _graphs(source, steps, rep=-1):
+    """(lo, ops) of each window, and of each part of a step larger than a window."""
+    for _, _, lo, _, ops in window.window_ops(source, steps, rep):
+        if isinstance(ops, window.Parts):
+            for j, cut in enumerate(ops.cuts.tolist()):
+                yield cut, ops.part(j)[0]
+        else:
+            yield lo, ops
+
+
 def _trace_edges_differ(args) -> bool:
     tl, kcls, ccls, groups, steps = args
     return _core_edges_differ(device_ops(tl, kcls, ccls, groups), tl.sync,
-                              ((lo, ops) for _, _, lo, _, ops in
-                               window.window_ops(OpSource(tl, kcls, ccls, groups), steps)))
+                              _graphs(OpSource(tl, kcls, ccls, groups), steps))
 
 
 def test_a_windows_core_ops_have_the_whole_graphs_edges(cases, monkeypatch):
@@ -132,7 +140,7 @@ def _without(part: str):
         keep = np.zeros(n, dtype=bool)
         for name, rows in parts.items():
             keep[rows] |= name != part
-        return ops.take(np.flatnonzero(keep))
+        return np.flatnonzero(keep)
     return margin
 
 
@@ -147,10 +155,10 @@ def test_each_part_of_the_margin_is_needed(cases, part, monkeypatch):
     first = int(np.searchsorted(ops.start, lo))
     after = ops.take(slice(first, None))
     no_sync = {}
-    assert not _core_edges_differ(ops, no_sync, [(lo, after.after(window._margin(ops, lo)))])
+    assert not _core_edges_differ(ops, no_sync, [(lo, after.after(ops.take(window._margin(ops, lo))))])
     monkeypatch.setattr(window, "_margin", _without(part))
     assert (any(_trace_edges_differ(args) for _, args, _ in cases)
-            or _core_edges_differ(ops, no_sync, [(lo, after.after(window._margin(ops, lo)))]))
+            or _core_edges_differ(ops, no_sync, [(lo, after.after(ops.take(window._margin(ops, lo))))]))
 
 
 @pytest.mark.parametrize("trace", [TRACES[5], TRACES[6], REAL_H100], ids=lambda p: p.name)
@@ -185,3 +193,113 @@ def test_last_of_each_stream(ids):
     values = np.array(ids, dtype=np.int64)
     expected = sorted(max(i for i, v in enumerate(ids) if v == u) for u in set(ids))
     assert sorted(window._last_of_each(values).tolist()) == expected
+
+
+# A step larger than a window (a capture without step markers is one step: the activity window) is walked a
+# part at a time (window.Parts). The representative step is cut only when it is not replayed (the replay
+# reads its whole graph): these cases replay nothing (REPLAY_MAX_OPS 0, for the whole graph's walk too).
+@pytest.fixture(scope="module")
+def one_step():
+    out = []
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(path, "REPLAY_MAX_OPS", 0)
+        for trace in TRACES:
+            tl, kcls, ccls, groups, steps = _inputs(trace)
+            lo, hi = activity_window(tl)
+            for s in (Steps(np.array([lo]), np.array([hi]), "window"), _step_sets(steps)[1]):
+                out.append((trace.name, (tl, kcls, ccls, groups, s), _whole(tl, kcls, ccls, groups, s)))
+    return out
+
+
+def _parts(args, rep=-1) -> list[window.Parts]:
+    tl, kcls, ccls, groups, steps = args
+    return [ops for *_, ops in window.window_ops(OpSource(tl, kcls, ccls, groups), steps, rep)
+            if isinstance(ops, window.Parts)]
+
+
+@pytest.mark.parametrize("size", [1, 7, 64])
+def test_a_step_walked_a_part_at_a_time_walks_the_whole_graphs_path(one_step, size, monkeypatch):
+    """Parts of 1, 7 and 64 ops: one step (no step markers) and 4x shorter steps, each cut into parts."""
+    monkeypatch.setattr(window, "WINDOW_OPS", size)
+    monkeypatch.setattr(path, "REPLAY_MAX_OPS", 0)
+    for name, args, whole in one_step:
+        parts = _parts(args)
+        assert any(p.cuts.size > 1 for p in parts), name
+        _same(_windowed(*args), whole)
+        assert not _trace_edges_differ(args), name
+
+
+def test_a_replayed_representative_step_is_not_cut(one_step, monkeypatch):
+    """The one step replayed (few ops) is walked on its whole graph; the same what-ifs."""
+    monkeypatch.setattr(window, "WINDOW_OPS", 7)
+    for name, (tl, kcls, ccls, groups, s), _ in one_step[:2]:
+        if len(s) == 1:
+            assert not _parts((tl, kcls, ccls, groups, s), rep=0), name
+            whole = _whole(tl, kcls, ccls, groups, s)
+            assert whole.saving, name
+            _same(_windowed(tl, kcls, ccls, groups, s), whole)
+
+
+def _dropped(what: str, monkeypatch) -> None:
+    """Drop one piece of what a walk carries from a part to the part before it."""
+    if what == "margin":  # the parts' margins: a part's ops get other edges
+        monkeypatch.setattr(window, "_margin", lambda ops, t: np.zeros(0, dtype=np.intp))
+        return
+    if what == "stop":  # the walk does not stop at a margin op: it goes on along the margin's own edges
+        walker = window._Walker
+        monkeypatch.setattr(window, "_Walker", lambda *a, margin=0, cut=None: walker(*a, margin=0, cut=cut))
+        return
+    run = path._Walker.run
+
+    def forgetting(self, w):  # the walk taken up again in a part before: its sums or segments lost
+        if self.cut > window.LOWEST and w.seg._settled:
+            if what == "sums":
+                w.residual, w.after_sync = 0, 0
+            else:
+                w.seg._settled.clear()
+                w.seg._chunks.clear()
+        run(self, w)
+    monkeypatch.setattr(path._Walker, "run", forgetting)
+
+
+@pytest.mark.parametrize("what", ["margin", "stop", "sums", "segments"])
+def test_what_a_walk_carries_between_parts_is_needed(one_step, what, monkeypatch):
+    monkeypatch.setattr(window, "WINDOW_OPS", 7)
+    monkeypatch.setattr(path, "REPLAY_MAX_OPS", 0)
+    _dropped(what, monkeypatch)
+    differ = 0
+    for _, args, whole in one_step:
+        try:
+            _same(_windowed(*args), whole)
+        except AssertionError:
+            differ += 1
+    assert differ
+
+
+@pytest.mark.parametrize("trace", [TRACES[5], TRACES[6]], ids=lambda p: p.name)
+def test_a_parts_calls_find_the_steps_next_call(trace, monkeypatch):
+    """A part's walk of a one-thread host merges only the part's calls (blame/window.py Parts._hosts): after
+    any time in the part, the thread's next merged call is the step's, found in the part or, past its
+    end, in the parts after it (``later``; without it the host work after a blocking call that returned in
+    one part and called again in a later one would be cut short)."""
+    from perfdoctor.blame.calls import WindowCalls
+    from perfdoctor.blame.causes import HostRanges
+
+    monkeypatch.setattr(window, "WINDOW_OPS", 7)
+    tl, kcls, ccls, groups, _ = _inputs(trace)
+    lo, hi = activity_window(tl)
+    (parts,) = _parts((tl, kcls, ccls, groups, Steps(np.array([lo]), np.array([hi]), "window")))
+    hosts = parts._hosts(path.HostSide(tl, OpSource(tl, kcls, ccls, groups).threads(), WindowCalls(tl)))
+    ((tid, (starts, _)),) = HostRanges(tl).calls.items()
+    beyond = 0
+    for j, (a, b) in enumerate(zip(parts.cuts.tolist(), [*parts.cuts[1:].tolist(), hi])):
+        side = hosts(j)
+        mine = side.ranges.calls[tid][0]
+        for c1 in np.unique(np.linspace(a, b - 1, 5).astype(np.int64)).tolist():
+            k = int(np.searchsorted(starts, c1, side="right"))
+            expected = int(starts[k]) if k < starts.size else None
+            at = int(np.searchsorted(mine, c1, side="right"))
+            found = int(mine[at]) if at < mine.size else side.later(tid, c1, hi)
+            assert found == expected, (j, c1)
+            beyond += at == mine.size and expected is not None
+    assert beyond  # some next calls lie in a later part

@@ -77,14 +77,28 @@ class WindowCalls:
         timeline is there, without calls in the window too. ``lo`` never decreases from call to call."""
         if self._whole is not None:
             return self._whole
+        self._open, self._at = self.open_at(lo)
+        return self.merged(self.span(lo, hi, self._open, self._at))
+
+    def open_at(self, lo: int, since: tuple[np.ndarray, int] | None = None) -> tuple[np.ndarray, int]:
+        """The calls that start before ``lo`` and end at or after it, and how many start before it, from
+        those of an earlier time (``since``; else the last window's), without changing them."""
+        opened, at = since if since is not None else (self._open, self._at)
         a = int(np.searchsorted(self.start, lo, side="left"))
-        b = int(np.searchsorted(self.start, hi, side="right"))
-        passed = np.arange(self._at, a)  # calls that started since the last window, before this one
-        self._open = np.concatenate([self._open[self.end[self._open] >= lo], passed[self.end[self._at:a] >= lo]])
-        self._at = a
-        if not self._open.size:  # nothing from before the window still runs: slices, not copies
+        passed = at + np.flatnonzero(self.end[at:a] >= lo)  # calls that started since then, before lo
+        return np.concatenate([opened[self.end[opened] >= lo], passed]), a
+
+    def span(self, lo: int, hi: int, opened: np.ndarray, a: int) -> tuple[np.ndarray, int, int]:
+        """The calls a window [lo, hi] merges: ``opened`` (open_at lo, ``a`` the calls before lo), then those
+        that start in [lo, hi]."""
+        return opened, a, int(np.searchsorted(self.start, hi, side="right"))
+
+    def merged(self, span: tuple[np.ndarray, int, int]) -> dict[int, iv.Intervals]:
+        """Per thread, the merged calls of a span (:meth:`span`)."""
+        opened, a, b = span
+        if not opened.size:  # nothing from before the window still runs: slices, not copies
             return _by_thread(self.start[a:b], self.end[a:b], self.tid[a:b], self.threads)
-        rows = np.concatenate([self._open, np.arange(a, b)])
+        rows = np.concatenate([opened, np.arange(a, b)])
         return _by_thread(self.start[rows], self.end[rows], self.tid[rows], self.threads)
 
 

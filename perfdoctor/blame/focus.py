@@ -89,21 +89,22 @@ def kernel_marks(tl: Timeline, kcls: Table, steps: Steps) -> KernelMarks:
     return KernelMarks(codes, ln.index, ln.delay_ns)
 
 
-def on_path(m: Marks, cols: dict[str, np.ndarray], lo: int, sync_ns: float, after_sync_ns: int) -> np.ndarray:
-    """ns of one step's path per FOCUS entry; ``cols``: the step's segments, ``sync_ns`` its host.sync
-    time, ``after_sync_ns`` the host work after blocking calls the walk passed (blame/path.py)."""
+def on_path(cols: dict[str, np.ndarray], lo: int, sync_ns: float, after_sync_ns: int) -> np.ndarray:
+    """ns of one step's path per FOCUS entry; ``cols``: the step's segments (blame/path.py ``Segments``: op,
+    its unfused kind and delay per segment), ``sync_ns`` its host.sync time, ``after_sync_ns`` the host work
+    after blocking calls the walk passed (blame/path.py)."""
     out = np.zeros(len(FOCUS))
     start, end, op = cols["start"], cols["end"], cols["op"]
     dev = (op >= 0) & ~np.isin(cols["cause"], HOST_CODES)  # a launch segment names its op too
-    kind = np.where(dev, m.unfused[np.maximum(op, 0)], -1)
+    kind = np.where(dev, cols["unfused"], -1)
     length = (end - start).astype(np.float64)
     unf = kind >= 0
     out[0] = length[unf].sum()
     out[1:1 + len(UNFUSED_KINDS)] = np.bincount(kind[unf], weights=length[unf], minlength=len(UNFUSED_KINDS))
-    blocked = np.flatnonzero(dev & (m.delay[np.maximum(op, 0)] > 0))
+    blocked = np.flatnonzero(dev & (cols["delay"] > 0))
     if blocked.size:
         # the norm's own segment starts where it started; the path's time in [start − delay, start)
-        heads = np.unique(op[blocked])
+        heads, first = np.unique(op[blocked], return_index=True)
         at = np.array([start[blocked][op[blocked] == h].max() for h in heads.tolist()], dtype=np.int64)
         order = np.argsort(start)
         s, e = start[order], end[order]
@@ -113,6 +114,6 @@ def on_path(m: Marks, cols: dict[str, np.ndarray], lo: int, sync_ns: float, afte
             j = np.searchsorted(s, t, side="right") - 1
             return before[np.maximum(j, 0)] + np.where(j >= 0, np.clip(t - s[np.maximum(j, 0)], 0,
                                                                           (e - s)[np.maximum(j, 0)]), 0)
-        out[LN] = float((covered(at) - covered(np.maximum(at - m.delay[heads], lo))).sum())
+        out[LN] = float((covered(at) - covered(np.maximum(at - cols["delay"][blocked[first]], lo))).sum())
     out[SYNC] = sync_ns + after_sync_ns
     return out

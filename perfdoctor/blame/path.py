@@ -21,6 +21,7 @@ cross-rank join splits off the part spent waiting for a late peer (:mod:`perfdoc
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
@@ -57,13 +58,16 @@ LIFT_RADIX = 1 << LIFT_BITS
 
 class Segments:
     """Segments of one step's path, latest first: [start, end) blamed on ``cause``; ``op`` the device op
-    (index into the Ops) or HOST; ``inferred`` when the edge into the segment was inferred. Device chains
-    arrive as arrays and stay arrays; the few host segments are buffered as tuples."""
+    (index into the Ops walked) or HOST; ``inferred`` when the edge into the segment was inferred. Device
+    chains arrive as arrays and stay arrays; the few host segments are buffered as tuples. Their ops are
+    settled (:meth:`settle`) before the graph they index is dropped."""
 
     NAMES = ("start", "end", "cause", "op", "inferred")
+    SETTLED = (*NAMES, "kernel", "unfused", "delay")  # op: its place among the rank's ops (settle)
 
     def __init__(self) -> None:
         self._chunks: list[tuple[np.ndarray, ...]] = []
+        self._settled: list[tuple[np.ndarray, ...]] = []
         self._rows: list[tuple[int, int, int, int, bool]] = []
 
     def extend(self, start: np.ndarray, end: np.ndarray, cause: np.ndarray, op: np.ndarray,
@@ -78,12 +82,30 @@ class Segments:
         if end > start:
             self._rows.append((int(start), int(end), int(cause), int(op), bool(inferred)))
 
-    def columns(self) -> dict[str, np.ndarray]:
-        """The segments as columns, latest first."""
+    def settle(self, ops: Ops, marks: Marks, ids: np.ndarray | None = None) -> None:
+        """Name the device ops of the segments added since the last call by what outlives the graph they
+        were walked on (blame/window.py walks a step on several): ``op`` becomes the op's place among all of
+        the rank's (``ids``: per op of the graph), or stays its index in the graph (None: one graph holds
+        every op a walk of the step reaches), with its kernel row and marks beside it."""
         self._flush()
         if not self._chunks:
-            return {name: np.zeros(0, dtype=bool if name == "inferred" else np.int64) for name in self.NAMES}
-        return {name: np.concatenate([c[j] for c in self._chunks]) for j, name in enumerate(self.NAMES)}
+            return
+        start, end, cause, op, inferred = (np.concatenate(c) for c in zip(*self._chunks))
+        self._chunks = []  # (a chunk per device chain: their arrays' own size is most of a long path's)
+        if not len(ops):  # a graph without ops: host segments only
+            named = (op, np.full(op.size, NONE), np.full(op.size, NONE, dtype=np.int8), np.zeros(op.size, np.int64))
+        else:
+            dev, at = op >= 0, np.maximum(op, 0)
+            named = (np.where(dev, op if ids is None else ids[at], HOST), np.where(dev, ops.kernel[at], NONE),
+                     np.where(dev, marks.unfused[at], NONE), np.where(dev, marks.delay[at], 0))
+        self._settled.append((start, end, cause, named[0], inferred, *named[1:]))
+
+    def columns(self) -> dict[str, np.ndarray]:
+        """The settled segments as columns, latest first."""
+        if not self._settled:
+            dtypes = {"inferred": bool, "unfused": np.int8}
+            return {name: np.zeros(0, dtype=dtypes.get(name, np.int64)) for name in self.SETTLED}
+        return {name: np.concatenate([c[j] for c in self._settled]) for j, name in enumerate(self.SETTLED)}
 
     def _flush(self) -> None:
         if self._rows:
@@ -125,12 +147,20 @@ class HostSide:
         self.ranges = HostRanges(tl, calls)
         self.blocking = _blocking(tl)
         self._threads = threads
-        self._calls = calls
+        self.window_calls = calls
+        # (thread, t0, t1): the start of the thread's first merged call in (t0, t1] that the calls of this
+        # host do not reach, or None (blame/window.py Parts: the calls of the parts after this one)
+        self.later: Callable[[int, int, int], int | None] | None = None
 
     def within(self, lo: int, hi: int) -> HostSide:
         """This host with the calls of the window [lo, hi] (handed out in order: perfdoctor.blame.calls)."""
+        return self.with_calls(self.window_calls.window(lo, hi)) if self.window_calls is not None else self
+
+    def with_calls(self, calls: dict[int, iv.Intervals],
+                   later: Callable[[int, int, int], int | None] | None = None) -> HostSide:
+        """This host with ``calls`` as its merged calls (and ``later``: see the constructor)."""
         out = copy.copy(self)
-        out.ranges = self.ranges.within(self._calls.window(lo, hi)) if self._calls is not None else self.ranges
+        out.ranges, out.later = self.ranges.within(calls), later
         return out
 
     @cached_property
@@ -144,10 +174,37 @@ class HostSide:
         return min(counts, key=lambda v: (-counts[v], v)) if counts else -1
 
 
+@dataclass
+class Walk:
+    """A step's walk under way (:meth:`_Walker.run`), over one graph or several parts of the step's: where it
+    is (``at``: on the device chain from op ``n`` up to ``t``; on the host at ``t`` on thread ``tid``;
+    "sync": at the return ``c1`` of a blocking call that began at ``c0``; "done") and what it found."""
+
+    lo: int
+    hi: int
+    seg: Segments
+    residual: int = 0
+    after_sync: int = 0  # ns of host work after blocking calls on the step's path (blame/focus.py)
+    tail_tid: int = NONE  # the thread that ended the step
+    at: str = "op"
+    n: int = NONE
+    t: int = 0
+    tid: int = NONE
+    c0: int = 0
+    c1: int = 0
+    turns: int = 0  # device turns left (a guard: each moves to an op that ended no later)
+    limit: int = 0  # host turns per stretch on the host
+    host_turns: int = 0  # host turns left in this stretch on the host (each moves back in time)
+
+
 class _Walker:
     """The per-rank state of the walk: the graph as plain lists, the host's blocking calls per thread."""
 
-    def __init__(self, tl: Timeline, ops: Ops, edges: Edges, steps: Steps, host: HostSide | None = None) -> None:
+    def __init__(self, tl: Timeline, ops: Ops, edges: Edges, steps: Steps, host: HostSide | None = None,
+                 margin: int = 0, cut: int | None = None) -> None:
+        """``margin``, ``cut``: the graph of a part of a step (blame/window.py), its first ``margin`` ops
+        before the part (the margin), the others starting at or after ``cut``: a walk that needs more of
+        what lies before stops there (:meth:`run`)."""
         # numpy columns, read an element at a time only where the walk leaves a device chain (few per step)
         self.start, self.end, self.cause, self.tid = ops.start, ops.end, ops.cause, ops.tid
         self.bind, self.kind, self.src = edges.bind, edges.kind, edges.src
@@ -156,8 +213,7 @@ class _Walker:
         self.ends = ops.end[self.by_end]
         self.side = host if host is not None else HostSide(tl, [ops.tid])
         self.host, self.blocking = self.side.ranges, self.side.blocking
-        self.tail_tid = NONE  # the thread that ended the last step walked
-        self.after_sync = 0  # ns of host work after blocking calls on the step's path (blame/focus.py)
+        self.margin, self.cut = margin, cut if cut is not None else np.iinfo(np.int64).min
         self._chains(ops, edges, steps)
 
     def _chains(self, ops: Ops, edges: Edges, steps: Steps) -> None:
@@ -182,7 +238,11 @@ class _Walker:
         self.link_inferred = (edges.inferred[b] & link) if n else np.zeros(0, dtype=bool)
         self.starts = ops.start
         self.causes = ops.cause
-        within = (self.link >= 0) & (ops.start[np.maximum(self.link, 0)] > _step_floor(ops.start, steps))
+        floor = _step_floor(ops.start, steps)
+        if self.cut > np.iinfo(np.int64).min:  # a part of a step: its chains stop at its start
+            np.maximum(floor, self.cut - 1, out=floor)
+        within = (self.link >= 0) & (ops.start[np.maximum(self.link, 0)] > floor)
+        del floor
         # The last op of a chain links to a sentinel (index n, linking to itself): a jump past a chain's end
         # lands there and is refused, so every jump taken is exactly 2**j links and no depth table is needed.
         self.sentinel = n
@@ -199,9 +259,11 @@ class _Walker:
                 break
             self.lift.append(further)
 
-    def _chain(self, seg: Segments, n: int, t: int, lo: int) -> tuple[int, int]:
+    def _chain(self, seg: Segments, n: int, t: int, lo: int) -> tuple[int, int, bool]:
         """Blame the device chain from op ``n`` (its time up to ``t``) back along its links to the first
-        op with no link or that started at or before ``lo``; returns that op and the end of its segment."""
+        op with no link or that started at or before ``lo``; returns that op, the end of its segment, and
+        False. On a part of a step (:meth:`run`) the chain may lead to an op before the part that started
+        after ``lo``: then it stops before that op and returns it, the time it is blamed up to, and True."""
         cur, k = n, 0  # k: links from n to cur, all within the lifting tables
         for j in range(len(self.lift) - 1, -1, -1):  # the furthest op along the links still after lo
             table = self.lift[j]
@@ -211,20 +273,25 @@ class _Walker:
                     break  # (a chain has fewer links than there are ops: more is a circle of zero-length ops)
                 cur, k = cand, k + (LIFT_RADIX ** j)
         chain = self._ancestors(n, k, 0)
-        if self.link[cur] >= 0:  # and the op at/before lo
-            chain = np.append(chain, int(self.link[cur]))
+        further = int(self.link[cur])
+        away = 0 <= further < self.margin and self.starts[further] > lo
+        if further >= 0 and not away:  # the op at/before lo
+            chain = np.append(chain, further)
         start = self.starts[chain]
         ready = self.link_ready[chain]  # the end of the next op, as far as this one could see it
         op_end = np.concatenate(([t], ready[:-1]))
-        starts = np.empty(2 * chain.size - 1, dtype=np.int64)
+        gaps = chain.size - 1 + away  # the gap after the last op too when the chain goes on elsewhere
+        starts = np.empty(chain.size + gaps, dtype=np.int64)
         ends = np.empty_like(starts)
         starts[0::2], ends[0::2] = np.maximum(start, lo), op_end
-        starts[1::2], ends[1::2] = np.maximum(ready[:-1], lo), start[:-1]
-        ops = np.repeat(chain, 2)[:-1]
+        starts[1::2], ends[1::2] = np.maximum(ready[:gaps], lo), start[:gaps]
+        ops = np.repeat(chain, 2)[:starts.size]
         inferred = np.zeros(starts.size, dtype=bool)
-        inferred[1::2] = self.link_inferred[chain[:-1]]
+        inferred[1::2] = self.link_inferred[chain[:gaps]]
         seg.extend(starts, ends, self.causes[ops].astype(np.int64), ops, inferred)
-        return int(chain[-1]), int(op_end[-1])
+        if away:
+            return further, int(ready[-1]), True
+        return int(chain[-1]), int(op_end[-1]), False
 
     def _ancestors(self, n: int, k: int, j: int) -> np.ndarray:
         """The ops 0, r, 2r, … links back from ``n`` (r = 16**j), up to ``k`` links: the ops 16r apart from
@@ -249,59 +316,73 @@ class _Walker:
         j = int(np.searchsorted(self.ends, t, side="right")) - 1
         return int(self.by_end[j]) if j >= 0 else NONE
 
-    def step(self, lo: int, hi: int, first: int, stop: int) -> tuple[Segments, int]:
+    def step(self, lo: int, hi: int, first: int, stop: int) -> Walk:
         """Walk [lo, hi) back from its end; ``first:stop`` are the ops that start inside it. Returns the
-        segments and the ns left unattributed."""
-        seg, residual = self._walk(lo, hi, first, stop)
-        return seg, int(residual)
-
-    def _walk(self, lo: int, hi: int, first: int, stop: int) -> tuple[Segments, int]:
-        seg = Segments()
-        residual = 0
-        self.after_sync = 0
+        walk: its segments, the ns left unattributed, the thread that ended the step."""
         if stop > first:
             clipped = np.minimum(np.asarray(self.end[first:stop]), hi)
             n = first + int(np.argmax(clipped))
-            t = int(clipped[n - first])
+            t, tid = int(clipped[n - first]), int(self.tid[n])
         else:
-            n, t = NONE, lo
-        self.tail_tid = self._tail_thread(t, hi, n)
+            n, t, tid = NONE, lo, NONE
+        w = self.begin(lo, hi, n, t, tid, len(self.start) + 1)
+        self.run(w)
+        return w
+
+    def begin(self, lo: int, hi: int, n: int, t: int, tid: int, turns: int) -> Walk:
+        """A walk of [lo, hi) from the op that ends it last, ``n`` (NONE: none), at ``t`` (its end or hi),
+        ``tid`` its launching thread: on the host when the device had finished before hi."""
+        w = Walk(lo, hi, Segments(), turns=turns, limit=turns, host_turns=turns)
+        w.tail_tid = self._tail_thread(t, hi, tid)
         if t < hi:  # the device had finished: the step's end is on the host
-            found = self._host(seg, hi, self.tail_tid, lo)
-            if found is None:
-                return seg, 0
-            n, t = found
-            if n == NONE:
-                return seg, 0
-        for _ in range(len(self.start) + 1):  # each turn moves to an op that ended no later: no cycles
-            if n == NONE:
+            w.at, w.t, w.tid = "host", hi, w.tail_tid
+        elif n == NONE:
+            w.at = "done"
+        else:
+            w.n, w.t = n, t
+        return w
+
+    def run(self, w: Walk) -> None:
+        """Walk on until the step's start, or until the walk needs what lies before this graph's part of the
+        step (``cut``: an op of the margin that started after the step's start, or the op that had ended
+        by a time before the cut): ``w`` is left there, to go on on the part before (blame/window.py)."""
+        lo, seg = w.lo, w.seg
+        while w.at != "done":
+            if w.at != "op":
+                if self._host(w):
+                    return
+                continue
+            n, t = w.n, w.t
+            if n < self.margin and self.starts[n] > lo:
+                return
+            if w.turns <= 0:  # each turn moves to an op that ended no later: no cycles
+                w.at = "done"
                 break
-            n, t = self._chain(seg, n, t, lo)
+            w.turns -= 1
+            n, t, away = self._chain(seg, n, t, lo)
+            if away:
+                w.n, w.t = n, t
+                return
             s = self.start[n]
+            w.at = "done"
             if s <= lo:
                 break
             b = self.bind[n]
             if b == NONE:
-                residual += s - lo
+                w.residual += s - lo
                 break
             r = self.ready[b]
             if self.kind[b] == LAUNCH:
                 seg.add(max(r, lo), s, CODE["host.launch"], n)
-                if r <= lo:
-                    break
-                found = self._host(seg, r, self.tid[n], lo)
-                if found is None:
-                    break
-                n, t = found
+                if r > lo:
+                    w.at, w.t, w.tid, w.host_turns = "host", r, int(self.tid[n]), w.limit
                 continue
             r = min(r, s)  # a device edge with a gap longer than the start latency: not explained
-            residual += s - max(r, lo)
-            if r <= lo:
-                break
-            n, t = self.src[b], r
-        return seg, residual
+            w.residual += s - max(r, lo)
+            if r > lo:
+                w.at, w.n, w.t = "op", int(self.src[b]), r
 
-    def _tail_thread(self, t: int, hi: int, last: int) -> int:
+    def _tail_thread(self, t: int, hi: int, last_tid: int) -> int:
         """The thread that ended the step after the device finished at ``t``: the one whose blocking call
         returned last in (t, hi] (it waited for the device; PyTorch's autograd thread launches the
         backward pass but the training loop's thread synchronises), else the last op's launching thread."""
@@ -312,17 +393,34 @@ class _Walker:
                 best, when = tid, int(ends[j])
         if best != NONE:
             return best
-        return self.tid[last] if last != NONE and self.tid[last] >= 0 else self.side.main_tid
+        return last_tid if last_tid >= 0 else self.side.main_tid
 
-    def _host(self, seg: Segments, t: int, tid: int, lo: int) -> tuple[int, int] | None:
-        """Walk the host back from ``t`` on thread ``tid``: its work (by cause) back to its last blocking
+    def _host(self, w: Walk) -> bool:
+        """Walk the host back from ``w.t`` on thread ``w.tid``: its work (by cause) back to its last blocking
         call, whose return the device's drain bound. A long quiet stretch of the thread while another
         thread called CUDA is the thread waiting for that one (the training loop in ``backward()`` while
-        autograd's thread launches): the walk goes on along the other thread from its last call. Returns
-        the op the walk continues from and its end, or None when the host reached the step's start."""
-        for _ in range(len(self.start) + 1):  # every turn moves back in time
+        autograd's thread launches): the walk goes on along the other thread from its last call. Leaves
+        the walk at the op it continues from ("op"), or done when the host reached the step's start;
+        returns True when it needs the op that had ended by a blocking call's return before ``cut``."""
+        seg, lo = w.seg, w.lo
+        while w.host_turns > 0 or w.at == "sync":  # every turn moves back in time
+            if w.at == "sync":
+                c0, c1 = w.c0, w.c1
+                if c1 < self.cut:
+                    return True
+                w.after_sync += self._before_next_call(w.tid, c1, w.t)
+                q = self.last_ended(c1)
+                if q != NONE and self.end[q] > max(c0, lo):
+                    seg.add(self.end[q], c1, CODE["host.sync"])
+                    w.at, w.n, w.t = "op", q, int(self.end[q])
+                    return False
+                seg.add(max(c0, lo), c1, CODE["host.sync"])
+                w.at, w.t = "host", c0
+                continue
+            w.host_turns -= 1
+            t, tid = w.t, w.tid
             if t <= lo:
-                return None
+                break
             calls = self.blocking.get(tid)
             j = int(np.searchsorted(calls[0], t, side="left")) - 1 if calls is not None else -1
             floor = max(min(int(calls[1][j]), t), lo) if j >= 0 else lo
@@ -331,21 +429,16 @@ class _Walker:
                 resume, other, other_t = handoff
                 self._host_work(seg, resume, t, tid)
                 seg.add(other_t, resume, CODE["host.launch"])
-                t, tid = other_t, other
+                w.t, w.tid = other_t, other
                 continue
             if j < 0 or calls[1][j] <= lo:
                 self._host_work(seg, lo, t, tid)
-                return None
+                break
             c0, c1 = int(calls[0][j]), min(int(calls[1][j]), t)
             self._host_work(seg, c1, t, tid)
-            self.after_sync += self._before_next_call(tid, c1, t)
-            q = self.last_ended(c1)
-            if q != NONE and self.end[q] > max(c0, lo):
-                seg.add(self.end[q], c1, CODE["host.sync"])
-                return q, self.end[q]
-            seg.add(max(c0, lo), c1, CODE["host.sync"])
-            t = c0
-        return None
+            w.at, w.c0, w.c1 = "sync", c0, c1  # (t, tid: the thread and time the stretch of host work ended)
+        w.at = "done"
+        return False
 
     def _before_next_call(self, tid: int, c1: int, t: int) -> int:
         """ns of [c1, t) on thread ``tid`` before its first CUDA call after ``c1``: the host computing
@@ -355,7 +448,10 @@ class _Walker:
         if calls is None:
             return t - c1
         j = int(np.searchsorted(calls[0], c1, side="right"))
-        return (min(int(calls[0][j]), t) if j < calls[0].size else t) - c1
+        if j < calls[0].size:
+            return min(int(calls[0][j]), t) - c1
+        later = self.side.later(tid, c1, t) if self.side.later is not None else None
+        return (min(later, t) if later is not None else t) - c1
 
     def _host_work(self, seg: Segments, a: int, b: int, tid: int) -> None:
         """[a, b) of host work, split by cause; the pieces are laid back to back (their order inside the
@@ -430,31 +526,37 @@ class StepWalks:
 
     def walk(self, walker: _Walker, ops: Ops, edges: Edges, marks: Marks, i0: int, i1: int) -> None:
         """Walk steps ``i0:i1`` on ``ops`` (every op a walk of them reaches: blame/window.py)."""
-        steps, instances, tl = self.steps, self.instances, self.tl
-        by_cause, focus, comm = self.by_cause, self.focus, self.comm
-        lows, highs = steps.starts[i0:i1], steps.ends[i0:i1]
+        lows, highs = self.steps.starts[i0:i1], self.steps.ends[i0:i1]
         firsts = np.searchsorted(ops.start, lows, side="left")
         stops = np.searchsorted(ops.start, highs, side="left")
         for i, (lo, hi, first, stop) in enumerate(zip(lows.tolist(), highs.tolist(), firsts.tolist(), stops.tolist()),
                                                   start=i0):
-            seg, rest = walker.step(lo, hi, first, stop)
-            cols = seg.columns()
-            cause, op = cols["cause"], cols["op"]
-            by_cause[i] = np.bincount(cause, weights=cols["end"] - cols["start"], minlength=len(CAUSES))
-            self.residual[i] = rest
-            focus[i] = on_path(marks, cols, lo, by_cause[i, CODE["host.sync"]], walker.after_sync)
-            on_comm = np.isin(cause, COMM)
-            comm[0].append(np.full(int(on_comm.sum()), i, dtype=np.int64))
-            comm[1].append(_instance_of(ops.kernel[op[on_comm]], instances))
-            comm[2].append(cols["start"][on_comm])
-            comm[3].append(cols["end"][on_comm])
-            comm[4].append(cause[on_comm])
+            w = walker.step(lo, hi, first, stop)
+            w.seg.settle(ops, marks)
+            self.record(i, w)
             if i == self.rep:
-                self._representative(walker, ops, edges, marks, cols, lo, hi, first, stop)
-                self.path = _compact(tl, ops, {k: v[::-1] for k, v in cols.items()}, instances)
+                self._representative(walker, ops, edges, marks, lo, hi, first, stop, w.tail_tid)
 
-    def _representative(self, walker: _Walker, ops: Ops, edges: Edges, marks: Marks, cols: dict[str, np.ndarray],
-                        lo: int, hi: int, first: int, stop: int) -> None:
+    def record(self, i: int, w: Walk) -> None:
+        """Step ``i``'s walk (done, its segments settled): its causes, focus, comm segments, and its path
+        when it is the representative step (its what-ifs are :meth:`_representative`'s)."""
+        cols = w.seg.columns()
+        cause = cols["cause"]
+        self.by_cause[i] = np.bincount(cause, weights=cols["end"] - cols["start"], minlength=len(CAUSES))
+        self.residual[i] = w.residual
+        self.focus[i] = on_path(cols, w.lo, self.by_cause[i, CODE["host.sync"]], w.after_sync)
+        on_comm = np.isin(cause, COMM)
+        comm = self.comm
+        comm[0].append(np.full(int(on_comm.sum()), i, dtype=np.int64))
+        comm[1].append(_instance_of(cols["kernel"][on_comm], self.instances))
+        comm[2].append(cols["start"][on_comm])
+        comm[3].append(cols["end"][on_comm])
+        comm[4].append(cause[on_comm])
+        if i == self.rep:
+            self.path = _compact(self.tl, {k: v[::-1] for k, v in cols.items()}, self.instances)
+
+    def _representative(self, walker: _Walker, ops: Ops, edges: Edges, marks: Marks, lo: int, hi: int, first: int,
+                        stop: int, tail_tid: int) -> None:
         """The representative step's what-ifs: it replayed without each cause (and focus entry) worth it."""
         i = self.rep
         by_cause, focus = self.by_cause, self.focus
@@ -463,7 +565,7 @@ class StepWalks:
         large = stop - first > REPLAY_MAX_OPS
         worth_focus = [] if large else np.flatnonzero(focus[i] >= WHATIF_SHARE * (hi - lo)).tolist()
         if worth or worth_focus:
-            replay = Replay(ops, edges, walker, lo, hi, first, stop, walker.tail_tid)
+            replay = Replay(ops, edges, walker, lo, hi, first, stop, tail_tid)
             self.saving = {CAUSES[c]: replay.saving(c) for c in worth}
             focus_saving: dict[str, int] = {}
             kinds = np.flatnonzero(focus[i, 1:LN] > 0)
@@ -500,7 +602,7 @@ def _instance_of(kernel: np.ndarray, instances: np.ndarray, valid: np.ndarray | 
     return np.where(hit, pos, -1)
 
 
-def _compact(tl: Timeline, ops: Ops, cols: dict[str, np.ndarray], instances: np.ndarray) -> dict[str, np.ndarray]:
+def _compact(tl: Timeline, cols: dict[str, np.ndarray], instances: np.ndarray) -> dict[str, np.ndarray]:
     """The representative step's segments (time order) for the report: adjacent segments of one cause
     merged, except collectives (the cross-rank join splits each at its own last arrival); each run named
     by its first segment: the kernel's name, copy/fill, or the host's activity (names are decoded for these
@@ -517,7 +619,7 @@ def _compact(tl: Timeline, ops: Ops, cols: dict[str, np.ndarray], instances: np.
     last = np.append(heads[1:], start.size) - 1
     inferred = np.logical_or.reduceat(cols["inferred"], heads)
     head_op = op[heads]
-    kernel = np.where(head_op >= 0, ops.kernel[np.maximum(head_op, 0)], -1)
+    kernel = cols["kernel"][heads]
     names = tl.kernels["short_name"] if len(tl.kernels) and "short_name" in tl.kernels else None
     decoded = (names[kernel[kernel >= 0]].decode() if names is not None and (kernel >= 0).any()
                else np.zeros(0, dtype=object))
