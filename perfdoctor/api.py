@@ -29,7 +29,7 @@ from perfdoctor.cores import beside, sized_for
 from perfdoctor.diagnose import diagnose, load_rules
 from perfdoctor.errors import InputError
 from perfdoctor.execute import run_tasks
-from perfdoctor.heap import give_back, huge_pages_for
+from perfdoctor.heap import MMAP_ABOVE, give_back, huge_pages_for
 from perfdoctor.load.discover import discover, discover_snapshots
 from perfdoctor.load.labels import config_mark, rank_mark
 from perfdoctor.load.run import assign_ranks, attach_snapshots, load_trace, merge_config
@@ -355,12 +355,15 @@ def analyze_timeline(tl: Timeline, config: dict[str, Any], excerpts: bool, trace
                         rank_mark=rank_mark(tl), config_mark=config_mark(tl), last_event_ns=last_event_ns(tl),
                         fingerprints=timeline_fingerprints(tl))
     cols = collectives(tl, steps, groups) if on_device else None
-    # The heap's free pages go back before and after the windows: the classification's temporaries are not
-    # reused by the windows' (smaller), nor the windows' by the tallies' columns (mapped on their own).
-    give_back()
+    # On a timeline whose columns are mapped on their own (heap.MMAP_ABOVE: millions of kernels) the heap's
+    # free pages go back before and after the windows and after the launch statistics: the classification's
+    # temporaries are not reused by the windows' (smaller), nor the windows' by the tallies' columns. On a
+    # smaller one the heap serves its next arrays as it is (a trim costs its page faults again: 0.1 s at 1M).
+    trim = give_back if 8 * len(tl.kernels) >= MMAP_ABOVE else lambda: None
+    trim()
     measured = measure_windows(tl, kcls, groups, steps, config, on_device, cols,
                                excerpts and steps is not None, trace_excerpts and steps is not None)
-    give_back()
+    trim()
     device = summarize(tl, kcls, ccls, steps, measured.ns)
     device.groups = groups.summary(tl.kernels)
     result = RankResult(info, device, None, None, None, None)
@@ -368,7 +371,7 @@ def analyze_timeline(tl: Timeline, config: dict[str, Any], excerpts: bool, trace
         return result
     result.excerpt, result.trace_excerpt = measured.excerpt, measured.trace_excerpt
     launches = launch_stats(tl) if on_device else None
-    give_back()  # its slices' temporaries (heap), not reused by what follows
+    trim()
     result.metrics, device.evidence = timeline_metrics(tl, kcls, steps, groups, measured.quantities, launches,
                                                        config)
     result.metrics |= graph_metrics(tl, steps)
