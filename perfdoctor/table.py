@@ -18,11 +18,13 @@ from typing import Any
 
 import numpy as np
 
+from perfdoctor.mapped import is_mapped, joined, like, taken
 from perfdoctor.width import code_type
 
 # Integer keys spanning at most this many values per row are factorized through a lookup table (O(n))
 # instead of a sort.
 _DENSE_SPAN_PER_ROW = 4
+_CONCAT_SLICE = 1 << 20  # string codes remapped at a time by Strings.concat
 
 
 class Strings:
@@ -78,10 +80,20 @@ class Strings:
         """One column from several, with the distinct values merged."""
         values = np.concatenate([p.values for p in parts]) if parts else np.zeros(0, dtype=object)
         offsets = np.cumsum([0] + [p.values.size for p in parts[:-1]])
-        raw = np.concatenate([p.codes.astype(np.int64) + o for p, o in zip(parts, offsets)]) if parts else \
-            np.zeros(0, dtype=np.int64)
+        if not parts:
+            return Strings(np.zeros(0, dtype=np.int8), values)
         remap, distinct = factorize(values, keep_missing=True)
-        return Strings(remap[raw].astype(code_type(distinct.size)), distinct)
+        remap = remap.astype(code_type(distinct.size))
+        codes = [p.codes for p in parts]
+        # mapped (perfdoctor.mapped) when a part is; the codes remapped a slice at a time either way
+        out = like(sum(c.size for c in codes), remap.dtype, next((c for c in codes if is_mapped(c)), codes[0]))
+        at = 0
+        for part, offset in zip(codes, offsets):
+            for lo in range(0, part.size, _CONCAT_SLICE):
+                piece = part[lo:lo + _CONCAT_SLICE]
+                out[at:at + piece.size] = remap[piece.astype(np.int64) + offset]
+                at += piece.size
+        return Strings(out, distinct)
 
 
 Column = np.ndarray | Strings
@@ -135,6 +147,12 @@ class Table:
         """Bytes of the columns' arrays (a string column's codes; an object column's pointers)."""
         return sum(v.codes.nbytes if isinstance(v, Strings) else v.nbytes for v in self._columns.values())
 
+    @property
+    def nbytes_in_memory(self) -> int:
+        """Bytes of the columns' arrays that are not mapped files (perfdoctor.mapped)."""
+        return sum(0 if is_mapped(codes := v.codes if isinstance(v, Strings) else v) else codes.nbytes
+                   for v in self._columns.values())
+
     def col(self, name: str, dtype: Any = None) -> np.ndarray:
         """A column as a plain array (strings decoded), converted to ``dtype`` when given."""
         values = self._columns[name]
@@ -187,7 +205,7 @@ class Table:
         out: dict[str, Column] = {}
         for name in names:
             cols = [p[name] for p in parts]
-            out[name] = Strings.concat(cols) if isinstance(cols[0], Strings) else np.concatenate(cols)
+            out[name] = Strings.concat(cols) if isinstance(cols[0], Strings) else joined(cols)
         return Table(out, rows=sum(len(p) for p in parts))
 
     def __repr__(self) -> str:
@@ -205,7 +223,11 @@ def is_repeated(values: Column) -> bool:
 
 
 def _rows_of(values: Column, rows: np.ndarray | slice, n: int) -> Column:
-    return repeated(values, n) if is_repeated(values) else values[rows]
+    """A column's rows: a broadcast one stays one; a large take from a mapped one is mapped
+    (:func:`perfdoctor.mapped.taken`)."""
+    if isinstance(values, Strings):
+        return Strings(taken(values.codes, rows, n), values.values)
+    return repeated(values, n) if is_repeated(values) else taken(values, rows, n)
 
 
 def _count(rows: np.ndarray | slice, length: int) -> int:

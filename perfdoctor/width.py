@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from perfdoctor.mapped import converted
+
 KINDS = (np.int8, np.uint8, np.int16, np.uint16, np.int32, np.uint32, np.int64)
 
 
@@ -32,7 +34,7 @@ def fitted(values: np.ndarray, kind: type[np.integer]) -> np.ndarray:
     info = np.iinfo(kind)
     if values.size and (int(values.min()) < info.min or int(values.max()) > info.max):
         return values
-    return values.astype(kind, copy=False)
+    return converted(values, kind)
 
 
 def code_type(distinct: int) -> type[np.integer]:

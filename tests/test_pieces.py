@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 
-from perfdoctor import api
+from perfdoctor import api, mapped
 from perfdoctor.load import pieces, sqlite_export
 from perfdoctor.load.nsys import load_export
 from perfdoctor.load.pieces import Pieces, _by_process
@@ -76,15 +76,20 @@ def test_lazy_timelines_hold_no_rows_until_filled(small_slices):
     assert not any(held.chunks for held in filler.pieces._rows.values())  # all on disk, none in memory
 
 
-def test_rows_stay_in_memory_for_one_process_however_many():
-    """A per-rank export (one process) is never written out: routing it costs what reading it whole did."""
-    routed = Pieces(spill_above=0)
+def test_rows_stay_in_memory_for_one_process_until_its_tables_are_large(monkeypatch):
+    """A per-rank export (one process) is not written out while its rows are few enough to hold
+    (mapped.MAP_ABOVE): routing it costs what reading it whole did. Past that they go to a temporary file
+    and come back as mapped columns, so that its tables are never all in memory."""
     rows = Table({"global_pid": np.full(10, 7 << 24), "device_id": np.zeros(10, dtype=np.int64),
                   "start": np.arange(10)})
-    for _ in range(3):
-        routed.add("kernels", rows["global_pid"], rows)
-    assert not routed.spilled and routed.pairs == {(7 << 24, 0)}
-    assert routed.take("kernels", 7 << 24)["start"].tolist() == list(range(10)) * 3
+    for map_above, spilled in ((rows.nbytes * 3, False), (rows.nbytes * 2 - 1, True)):
+        monkeypatch.setattr(mapped, "MAP_ABOVE", map_above)
+        routed = Pieces(spill_above=0)
+        for _ in range(3):
+            routed.add("kernels", rows["global_pid"], rows)
+        assert routed.spilled is (spilled and mapped.available()) and routed.pairs == {(7 << 24, 0)}
+        start = routed.take("kernels", 7 << 24)["start"]
+        assert start.tolist() == list(range(10)) * 3 and mapped.is_mapped(start) is routed.spilled
 
 
 def test_rows_of_several_processes_keep_file_order_across_memory_and_disk():

@@ -29,6 +29,7 @@ from perfdoctor.classify.group_heuristics import AGREEMENT, CANDIDATES, CONFIDEN
 from perfdoctor.classify.projection import NO_RANGE, enclosing_range, kernel_launch_calls
 from perfdoctor.classify.timeline import category_mask
 from perfdoctor.load.labels import labelled_rows, matching, message_codes, parse_label
+from perfdoctor.mapped import like
 from perfdoctor.model import Timeline
 from perfdoctor.table import Table, factorize
 
@@ -134,9 +135,8 @@ def label_groups(tl: Timeline, kcls: Table, config: dict[str, Any] | None = None
     """Label the comm kernels of one timeline (``kcls``: the taxonomy of ``tl.kernels``; ``config``: the
     run's parallel config, whose known group sizes rule groups in or out of the heuristics)."""
     n = len(tl.kernels)
-    group = np.full(n, UNLABELLED, dtype=np.int8)
-    source = np.full(n, UNLABELLED, dtype=np.int8)
-    confidence = np.full(n, UNLABELLED, dtype=np.int8)
+    start = tl.kernels["start"] if n else np.zeros(0, dtype=np.int64)
+    group, source, confidence = (like(n, np.int8, start, fill=UNLABELLED) for _ in range(3))
     comm_idx = np.flatnonzero(category_mask(kcls, "comm"))
     if comm_idx.size:
         group[comm_idx], source[comm_idx], confidence[comm_idx] = _label_comm(tl, kcls, comm_idx, config or {})

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from perfdoctor.mapped import like
 from perfdoctor.memo import per_object
 from perfdoctor.model import Timeline
 from perfdoctor.table import Table
@@ -83,8 +84,8 @@ def _lookup_table(api: Table) -> tuple[np.ndarray, int] | None:
     if int(corr.max()) - base > DENSE_FACTOR * corr.size + DENSE_SLACK:
         return None
     # int32 rows while they fit: this table lives as long as the timeline (40 MB, not 80, at 10M calls).
-    table = np.full(int(corr.max()) - base + 1, -1,
-                    dtype=np.int32 if corr.size < np.iinfo(np.int32).max else np.int64)
+    table = like(int(corr.max()) - base + 1, np.int32 if corr.size < np.iinfo(np.int32).max else np.int64,
+                 corr, fill=-1)
     table[corr - base] = np.arange(corr.size, dtype=table.dtype)
     table[0] = -1  # id 0 (or the id below the first): no correlation
     return table, base

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from perfdoctor.classify.kernels import classify_memcpy, classify_names
+from perfdoctor.mapped import like, taken
 from perfdoctor.memo import per_object
 from perfdoctor.table import Strings, Table, factorize
 from perfdoctor.width import code_type
@@ -59,7 +60,7 @@ def _dense_pairs(short: np.ndarray, demangled: np.ndarray, width: int) -> tuple[
             distinct = distinct[np.argsort(first, kind="stable")]  # in order of first appearance
             code_of[distinct] = np.arange(len(keys), len(keys) + distinct.size)
             keys.extend(distinct.tolist())
-    inverse = np.empty(short.size, dtype=code_type(len(keys)))
+    inverse = like(short.size, code_type(len(keys)), short)
     for lo in range(0, short.size, PAIR_SLICE):
         key = short[lo:lo + PAIR_SLICE].astype(np.int64) * width + demangled[lo:lo + PAIR_SLICE] + base
         inverse[lo:lo + key.size] = code_of[key]
@@ -84,7 +85,7 @@ def kernel_classes(kernels: Table) -> Table:
     columns = {}
     for column, values in zip(CLASS_COLUMNS, classify_names(shorts, demangleds)):
         pair_codes, distinct = factorize(np.asarray(values, dtype=object), keep_missing=True)
-        columns[column] = Strings(pair_codes.astype(code_type(distinct.size))[inverse], distinct)
+        columns[column] = Strings(taken(pair_codes.astype(code_type(distinct.size)), inverse, inverse.size), distinct)
     return Table(columns, rows=len(kernels))
 
 

@@ -24,6 +24,7 @@ from perfdoctor.load.graph_trace import read_replays, with_replays
 from perfdoctor.load.nccl_payload import read_payloads
 from perfdoctor.load.pieces import Pieces
 from perfdoctor.load.sqlite_export import SqliteExport
+from perfdoctor.mapped import taken
 from perfdoctor.model import GpuInfo, Timeline, TraceInfo
 from perfdoctor.table import Strings, Table, factorize, repeated
 from perfdoctor.width import code_type, fitted
@@ -504,7 +505,7 @@ def _names(ids: np.ndarray, strings: StringIds, clean: re.Pattern[str] | None = 
         return Strings(remap.astype(code_type(cats.size))[id_codes], cats)
     code_of_id = np.zeros(int(uniq[-1]) + 1 if uniq.size else 1, dtype=code_type(cats.size))
     code_of_id[uniq] = remap
-    return Strings(code_of_id[ids], cats)
+    return Strings(taken(code_of_id, ids, ids.size), cats)
 
 
 def _int(frame: Table, column: str, fill: int = -1) -> np.ndarray:

@@ -6,11 +6,14 @@ all processes interleaved. Read whole, the file's tables are held while its firs
 routed, each slice of a table (:meth:`perfdoctor.load.sqlite_export.SqliteExport.read_slices`) is split
 by process as it arrives, and a process's rows are put together only when its timeline is analysed.
 
-Rows stay in memory while they are few (:data:`SPILL_ABOVE`) or belong to one process (a per-rank export:
-nothing to route, and reading it costs what reading it whole did). Past that, every process's rows go to
-an unnamed temporary file of its own (``tempfile.TemporaryFile`` in ``$TMPDIR``: unlinked at once, so the
-space returns to the system when it is closed or the process ends, even on Ctrl-C); a process's file is
-read back, and closed, when its timelines are built. Nothing is ever written beside the input.
+Rows stay in memory while they are few (:data:`SPILL_ABOVE`) or belong to one process whose tables are
+not large (a per-rank export: nothing to route). Past that, every process's rows go to an unnamed
+temporary file of its own (``tempfile.TemporaryFile`` in ``$TMPDIR``: unlinked at once, so the space
+returns to the system when it is closed or the process ends, even on Ctrl-C); a process's file is read
+back, and closed, when its timelines are built. A process whose rows hold more than
+:data:`perfdoctor.mapped.MAP_ABOVE` (millions of kernels) gets them back as mapped columns, so its tables
+are never all in memory: one GPU's 30M kernels are measured in the memory of a few windows. Nothing is ever
+written beside the input.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from typing import BinaryIO
 
 import numpy as np
 
+from perfdoctor import mapped as mapped_columns
 from perfdoctor.errors import InputError
 from perfdoctor.heap import give_back_freed
 from perfdoctor.table import Table
@@ -39,6 +43,7 @@ class _Rows:
     file: BinaryIO | None = None
     spilled: list[tuple[int, dict[str, tuple[np.dtype, int, int]]]] = field(default_factory=list)
     rows: int = 0
+    nbytes: int = 0
 
     def spill(self) -> None:
         """Move the chunks in memory to this table's temporary file (a full or unwritable temporary folder
@@ -58,13 +63,14 @@ class _Rows:
                              f"({exc.strerror or exc}): set TMPDIR to a folder with room for them") from None
         self.chunks = []
 
-    def table(self, columns: list[str]) -> Table:
+    def table(self, columns: list[str], mapped: bool = False) -> Table:
         """All rows, in the order they were added, one column at a time (each column's chunks let go as
-        it is joined)."""
+        it is joined); ``mapped``: each column in a mapped file (:mod:`perfdoctor.mapped`)."""
         out = {}
         for name in columns:
             dtypes = {place[name][0] for _, place in self.spilled} | {chunk[name].dtype for chunk in self.chunks}
-            column = np.empty(self.rows, dtype=np.result_type(*dtypes) if dtypes else np.int64)
+            dtype = np.result_type(*dtypes) if dtypes else np.int64
+            column = mapped_columns.empty(self.rows, dtype) if mapped else np.empty(self.rows, dtype=dtype)
             at = 0
             for n, place in self.spilled:  # spilled chunks come before those still in memory
                 dtype, offset, size = place[name]
@@ -100,8 +106,11 @@ class Pieces:
         self._held = 0
         self._spill_above = SPILL_ABOVE if spill_above is None else spill_above
         self._spilling = False
+        # One process's rows are spilled, then taken as mapped columns, past this (a disk-backed $TMPDIR only)
+        self._map_above = mapped_columns.MAP_ABOVE if mapped_columns.available() else float("inf")
         self._processes: set[int] = set()
         self.counts: dict[str, int] = {}
+        self._mapped: dict[int, bool] = {}
         self.pairs: set[tuple[int, int]] = set()  # (process, device) of the rows of tables with a device
 
     def add(self, table: str, key: np.ndarray, rows: Table) -> None:
@@ -115,6 +124,7 @@ class Pieces:
             held = self._rows.setdefault((table, process), _Rows())
             held.chunks.append({name: part[name] for name in part.columns})
             held.rows += len(part)
+            held.nbytes += part.nbytes
             if "device_id" in part:
                 device = part["device_id"]
                 devices = device[:1] if device.min() == device.max() else np.unique(device)
@@ -122,7 +132,8 @@ class Pieces:
             self._held += part.nbytes
             if self._spilling:
                 held.spill()
-        if not self._spilling and self._held > self._spill_above and len(self._processes) > 1:
+        if not self._spilling and self._held > self._spill_above and (
+                len(self._processes) > 1 or self._held > self._map_above):
             self._spilling = True
             for held in self._rows.values():
                 held.spill()
@@ -147,7 +158,12 @@ class Pieces:
     def take(self, table: str, process: int) -> Table | None:
         """The process's rows of ``table`` in file order (then forgotten); None when it has none."""
         held = self._rows.pop((table, process), None)
-        return None if held is None else held.table(self._columns[table])
+        if held is None:
+            return None
+        if process not in self._mapped:  # decided at its first table, over all its tables' rows
+            self._mapped[process] = held.nbytes + sum(
+                rows.nbytes for (_, p), rows in self._rows.items() if p == process) > self._map_above
+        return held.table(self._columns[table], mapped=self._mapped[process])
 
     @property
     def spilled(self) -> bool:

@@ -1,0 +1,244 @@
+"""Large columns kept in unlinked temporary files and mapped into memory: only the pages a step reads are
+resident, and :func:`release` lets go of them between steps.
+
+A timeline of tens of millions of kernels holds about 60 bytes per kernel in its tables (2 GB at 30M).
+Every measurement reads them a window of steps or a slice of rows at a time, so most of those bytes need
+not be resident at once. A mapped column lives in the page cache: reading it faults its pages in (a
+minor fault from the cache, no disk read while memory is free), and :func:`release`
+(``madvise(MADV_DONTNEED)`` on a shared file mapping) drops them from this process without losing data:
+the kernel writes dirty ones back to the file when it needs the memory, instead of the process being
+killed. The files are unlinked at once (``tempfile.TemporaryFile``), so their space returns when the
+columns are let go or the process ends, Ctrl-C included; nothing is written beside the input.
+
+Only where ``$TMPDIR`` is a disk: on a RAM file system (``tmpfs``) a mapped page is memory all the same,
+so columns stay ordinary arrays there (:func:`available`).
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import tempfile
+import threading
+import time
+import weakref
+
+import numpy as np
+
+from perfdoctor.errors import InputError
+
+# A process's rows are mapped only when its tables hold at least this many bytes (4M kernels with their
+# CUDA calls): below it they fit beside the measurements' own arrays with room to spare, and a mapping's
+# page faults cost time for nothing.
+MAP_ABOVE = 256 << 20
+# A take (rows by position or mask) from a mapped column of at least this many bytes is mapped too.
+MAP_TAKES_ABOVE = 16 << 20
+RAM_FILE_SYSTEMS = {"tmpfs", "ramfs"}
+# The pages of mapped columns this process may hold before they are let go: the pager looks this often.
+RESIDENT = 128 << 20
+PAGER_EVERY_S = 0.005
+
+_live: list[weakref.ref[mmap.mmap]] = []
+_lock = threading.Lock()
+_pager: threading.Thread | None = None
+
+
+def available(folder: str | None = None) -> bool:
+    """Whether temporary files live on a disk (not a RAM file system): only there does mapping a column
+    take it out of memory. Linux only (``/proc/self/mountinfo``)."""
+    try:
+        with open("/proc/self/mountinfo") as fh:
+            mounts = [line.split() for line in fh]
+    except OSError:
+        return False
+    return on_disk(os.path.realpath(folder or tempfile.gettempdir()), mounts)
+
+
+def on_disk(folder: str, mounts: list[list[str]]) -> bool:
+    """Whether ``folder`` is on a file system other than a RAM one, by the mount that holds it (the longest
+    mount point above it) in ``mounts`` (the fields of ``/proc/self/mountinfo`` lines: the mount point is
+    the fifth, the file system type follows the ``-``)."""
+    best, kind = "", None
+    for fields in mounts:
+        point = fields[4]
+        inside = folder == point or folder.startswith(point.rstrip("/") + "/")
+        if inside and len(point) >= len(best) and "-" in fields[6:]:
+            best, kind = point, fields[fields.index("-", 6) + 1]
+    return kind is not None and kind not in RAM_FILE_SYSTEMS
+
+
+def empty(rows: int, dtype: np.dtype | type) -> np.ndarray:
+    """A writable column of ``rows`` zeros of ``dtype`` in a temporary file of its own, mapped (a full or
+    unwritable temporary folder is said in one line, as bad input is)."""
+    dtype = np.dtype(dtype)
+    size = rows * dtype.itemsize
+    if not size:
+        return np.zeros(rows, dtype=dtype)
+    try:
+        with tempfile.TemporaryFile(prefix="perfdoctor-column-") as fh:
+            # The blocks reserved now: a full disk is an error here, not a SIGBUS when a page is first written.
+            os.posix_fallocate(fh.fileno(), 0, size)
+            mapping = mmap.mmap(fh.fileno(), size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+    except OSError as exc:
+        raise InputError(f"cannot map a column in the temporary folder {tempfile.gettempdir()} "
+                         f"({exc.strerror or exc}): set TMPDIR to a folder with room for it") from None
+    with _lock:
+        _live.append(weakref.ref(mapping))
+    _start_pager()
+    return np.frombuffer(mapping, dtype=dtype)
+
+
+SLICE_BYTES = 32 << 20  # copied a piece at a time: a column is never held twice
+
+
+def moved(values: np.ndarray) -> np.ndarray:
+    """``values`` copied into a mapped column (:func:`empty`), a piece at a time with the pages written
+    let go after each."""
+    out = empty(values.size, values.dtype)
+    step = max(1, SLICE_BYTES // max(values.itemsize, 1))
+    for lo in range(0, values.size, step):
+        out[lo:lo + step] = values[lo:lo + step]
+        release_one(out)
+    return out
+
+
+def like(rows: int, dtype: np.dtype | type, column: np.ndarray, fill: object = None) -> np.ndarray:
+    """A new column of ``rows`` rows for values derived from ``column``: mapped when ``column`` is and the
+    new one is large (:data:`MAP_TAKES_ABOVE`), else an ordinary array; filled with ``fill`` when given."""
+    dtype = np.dtype(dtype)
+    if rows * dtype.itemsize < MAP_TAKES_ABOVE or not is_mapped(column):
+        return np.empty(rows, dtype=dtype) if fill is None else np.full(rows, fill, dtype=dtype)
+    out = empty(rows, dtype)
+    if fill is not None and fill != 0:
+        step = max(1, SLICE_BYTES // dtype.itemsize)
+        for lo in range(0, rows, step):
+            out[lo:lo + step] = fill
+    return out
+
+
+def taken(values: np.ndarray, rows: np.ndarray | slice, count: int) -> np.ndarray:
+    """``values[rows]`` (``count`` rows): a mapped column, gathered a piece at a time, when ``values`` or
+    ``rows`` is one and the result is large (:data:`MAP_TAKES_ABOVE`); else the plain numpy take."""
+    if isinstance(rows, slice) or count * values.itemsize < MAP_TAKES_ABOVE or not (
+            is_mapped(values) or is_mapped(rows)):
+        return values[rows]
+    rows = np.asarray(rows)
+    out = empty(count, values.dtype)
+    step = max(1, SLICE_BYTES // values.itemsize)
+    if rows.dtype == bool:
+        at = 0
+        for lo in range(0, rows.size, step):
+            part = values[lo:lo + step][rows[lo:lo + step]]
+            out[at:at + part.size] = part
+            at += part.size
+    else:
+        for lo in range(0, rows.size, step):
+            out[lo:lo + step] = values[rows[lo:lo + step]]
+    return out
+
+
+def joined(parts: list[np.ndarray]) -> np.ndarray:
+    """``np.concatenate(parts)``: a mapped column when one of them is and the result is large."""
+    size = sum(p.size for p in parts)
+    dtype = np.result_type(*parts)
+    if size * dtype.itemsize < MAP_TAKES_ABOVE or not any(is_mapped(p) for p in parts):
+        return np.concatenate(parts)
+    out, at = empty(size, dtype), 0
+    for part in parts:
+        step = max(1, SLICE_BYTES // max(part.itemsize, 1))
+        for lo in range(0, part.size, step):
+            piece = part[lo:lo + step]
+            out[at:at + piece.size] = piece
+            at += piece.size
+    return out
+
+
+def converted(values: np.ndarray, dtype: np.dtype | type) -> np.ndarray:
+    """``values.astype(dtype)``, mapped a piece at a time when ``values`` is a large mapped column."""
+    if values.dtype == dtype or values.nbytes < MAP_TAKES_ABOVE or not is_mapped(values):
+        return values.astype(dtype, copy=False)
+    out = empty(values.size, dtype)
+    step = max(1, SLICE_BYTES // values.itemsize)
+    for lo in range(0, values.size, step):
+        out[lo:lo + step] = values[lo:lo + step]
+    return out
+
+
+def _mapping(values: np.ndarray) -> mmap.mmap | None:
+    """The mapping under a column (through its views), None for an ordinary array."""
+    base = values
+    while isinstance(base, np.ndarray) and base.base is not None:
+        base = base.base
+    if isinstance(base, memoryview):  # np.frombuffer's base: a view of the mapping
+        base = base.obj
+    return base if isinstance(base, mmap.mmap) else None
+
+
+def is_mapped(values: np.ndarray) -> bool:
+    """Whether a column (or a view of one) lives in a mapped file."""
+    return _mapping(values) is not None
+
+
+def release_one(values: np.ndarray) -> None:
+    """Let go of the resident pages of one mapped column (its data stays in the file)."""
+    mapping = _mapping(values)
+    if mapping is not None and not mapping.closed:
+        mapping.madvise(mmap.MADV_DONTNEED)
+
+
+def release() -> int:
+    """Let go of the resident pages of every mapped column alive (their data stays in the files); how many
+    mappings there are."""
+    global _live
+    with _lock:
+        alive = [(ref, m) for ref in _live if (m := ref()) is not None and not m.closed]
+        _live = [ref for ref, _ in alive]
+    for _, mapping in alive:
+        mapping.madvise(mmap.MADV_DONTNEED)
+    return len(alive)
+
+
+def _file_pages() -> int:
+    """Bytes of file pages this process has resident (``RssFile``: its mapped columns, and its libraries)."""
+    try:
+        with open("/proc/self/status", "rb") as fh:
+            for line in fh:
+                if line.startswith(b"RssFile:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def _page() -> None:
+    """The pager: while mapped columns are alive, let their pages go whenever more than :data:`RESIDENT`
+    bytes of them are resident. Measurements read columns in whole-column operations as well as in slices;
+    the kernel would keep every page read until memory runs short, counted as this process's."""
+    global _pager
+    floor = _file_pages()  # the libraries' pages, not ours to let go
+    while True:
+        time.sleep(PAGER_EVERY_S)
+        with _lock:
+            if not any(ref() is not None for ref in _live):
+                _pager = None
+                return
+        if _file_pages() > floor + RESIDENT:
+            release()
+            floor = _file_pages()  # what is left is not the columns' (libraries loaded since)
+
+
+def _start_pager() -> None:
+    global _pager
+    with _lock:
+        if _pager is None:
+            _pager = threading.Thread(target=_page, name="perfdoctor-pager", daemon=True)
+            _pager.start()
+
+
+def _forked() -> None:
+    """A forked child has no pager thread (and its own copies of the mappings): it starts one when it maps."""
+    global _pager, _lock
+    _pager, _lock = None, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_forked)
