@@ -329,7 +329,8 @@ def analyze_file(task: FileTask) -> FileResult:
     result = FileResult(trace, run.config, task.excerpts, task.trace_excerpts)
     while timelines:
         tl = timelines.pop(0).filled()
-        with sized_for(sum(t.nbytes for t in (tl.kernels, tl.api, tl.nvtx, tl.memcpy, tl.memset))), \
+        tables = (tl.kernels, tl.api, tl.nvtx, tl.memcpy, tl.memset)
+        with sized_for(sum(t.nbytes for t in tables), sum(t.nbytes_in_memory for t in tables)), \
                 huge_pages_for(8 * max(len(t) for t in (tl.kernels, tl.api, tl.nvtx, tl.memcpy, tl.memset))):
             result.ranks.append(analyze_timeline(tl, run.config, task.excerpts, task.trace_excerpts))
         del tl  # not held while the next timeline is analysed

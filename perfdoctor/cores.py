@@ -72,12 +72,15 @@ def beside(fn: Callable[..., T], *args: Any) -> Later[T]:
 
 
 @contextmanager
-def sized_for(table_bytes: int) -> Iterator[None]:
+def sized_for(table_bytes: int, in_memory: int | None = None) -> Iterator[None]:
     """Within the block, :func:`beside` runs measurements on a second thread only when the timeline's
-    tables hold at most :data:`SIDE_BY_SIDE_MAX_BYTES` (memory stays bounded by one measurement's arrays)
-    and at least :data:`SIDE_BY_SIDE_MIN_BYTES` (the thread pays for itself)."""
+    tables hold at least :data:`SIDE_BY_SIDE_MIN_BYTES` (the thread pays for itself) and, of them, those
+    in memory (``in_memory``; all of them when not given) at most :data:`SIDE_BY_SIDE_MAX_BYTES`: memory
+    stays bounded by one measurement's arrays. Mapped tables (perfdoctor.mapped) are measured a window at
+    a time, so their measurements' arrays are a window's."""
     global _side_by_side
-    before, _side_by_side = _side_by_side, SIDE_BY_SIDE_MIN_BYTES <= table_bytes <= SIDE_BY_SIDE_MAX_BYTES
+    in_memory = table_bytes if in_memory is None else in_memory
+    before, _side_by_side = _side_by_side, SIDE_BY_SIDE_MIN_BYTES <= table_bytes and in_memory <= SIDE_BY_SIDE_MAX_BYTES
     try:
         yield
     finally:
