@@ -22,6 +22,7 @@ import tempfile
 import threading
 import time
 import weakref
+from typing import BinaryIO
 
 import numpy as np
 
@@ -78,10 +79,21 @@ def empty(rows: int, dtype: np.dtype | type) -> np.ndarray:
         with tempfile.TemporaryFile(prefix="perfdoctor-column-") as fh:
             # The blocks reserved now: a full disk is an error here, not a SIGBUS when a page is first written.
             os.posix_fallocate(fh.fileno(), 0, size)
-            mapping = mmap.mmap(fh.fileno(), size, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+            return of_file(fh, rows, dtype)
     except OSError as exc:
         raise InputError(f"cannot map a column in the temporary folder {tempfile.gettempdir()} "
                          f"({exc.strerror or exc}): set TMPDIR to a folder with room for it") from None
+
+
+def of_file(fh: BinaryIO, rows: int, dtype: np.dtype | type) -> np.ndarray:
+    """The first ``rows`` values of ``dtype`` written in the temporary file ``fh`` (from its start) as a
+    writable mapped column; the file may be closed after: the mapping keeps it."""
+    dtype = np.dtype(dtype)
+    if not rows:
+        return np.zeros(0, dtype=dtype)
+    fh.flush()
+    mapping = mmap.mmap(fh.fileno(), rows * dtype.itemsize, flags=mmap.MAP_SHARED,
+                        prot=mmap.PROT_READ | mmap.PROT_WRITE)
     with _lock:
         _live.append(weakref.ref(mapping))
     _start_pager()

@@ -182,3 +182,18 @@ def test_read_many_gives_each_table_in_file_order_with_slices_read_across_tables
         parts = [part for j, part in got if j == i]
         assert (Table.concat(parts).equals(want) if parts else not len(want))
         assert i == 1 or all(len(p) <= 333 for p in parts)
+
+
+def test_one_process_columns_at_several_widths_are_joined_at_the_widest(monkeypatch):
+    """A large process's rows go to a file per column, mapped as they are; a column whose slices came at
+    different widths (a slice too wide to narrow) is copied into one of the widest."""
+    monkeypatch.setattr(mapped, "MAP_ABOVE", 0)
+    routed = Pieces(spill_above=0)
+    for start in (np.arange(10, dtype=np.int32), np.arange(10, 20, dtype=np.int64) << 33):
+        rows = Table({"global_pid": np.full(10, 7 << 24), "start": start, "end": start.astype(np.int64) + 1})
+        routed.add("kernels", rows["global_pid"], rows)
+    table = routed.take("kernels", 7 << 24)
+    assert table["start"].dtype == np.int64
+    assert table["start"].tolist() == [*range(10), *(v << 33 for v in range(10, 20))]
+    assert table["end"].tolist() == [v + 1 for v in table["start"].tolist()]
+    assert mapped.is_mapped(table["start"]) is mapped.is_mapped(table["end"]) is mapped.available()

@@ -37,47 +37,69 @@ SPILL_ABOVE = 64 << 20
 
 @dataclass
 class _Rows:
-    """One table's rows of one process: chunks in memory, or their places in a temporary file."""
+    """One table's rows of one process: chunks in memory, or their places in a temporary file, or in one
+    temporary file per column (``by_column``: a large table of one process, whose files become its mapped
+    columns as they are, with no copy)."""
 
     chunks: list[dict[str, np.ndarray]] = field(default_factory=list)
     file: BinaryIO | None = None
+    files: dict[str, BinaryIO] | None = None  # by column
     spilled: list[tuple[int, dict[str, tuple[np.dtype, int, int]]]] = field(default_factory=list)
     rows: int = 0
     nbytes: int = 0
 
-    def spill(self) -> None:
-        """Move the chunks in memory to this table's temporary file (a full or unwritable temporary folder
-        is said in one line, as bad input is)."""
+    def spill(self, by_column: bool = False) -> None:
+        """Move the chunks in memory to this table's temporary file, or to its columns' files (``by_column``,
+        fixed at the first spill); a full or unwritable temporary folder is said in one line, as bad input
+        is."""
         try:
-            if self.file is None:
-                self.file = tempfile.TemporaryFile(prefix="perfdoctor-rows-")
+            if self.file is None and self.files is None:
+                if by_column:
+                    self.files = {}
+                else:
+                    self.file = tempfile.TemporaryFile(prefix="perfdoctor-rows-")
             for chunk in self.chunks:
                 places = {}
                 for name, values in chunk.items():
                     values = np.ascontiguousarray(values)
-                    places[name] = (values.dtype, self.file.tell(), values.size)
-                    self.file.write(memoryview(values).cast("B"))
+                    file = self._file(name)
+                    places[name] = (values.dtype, file.tell(), values.size)
+                    file.write(memoryview(values).cast("B"))
                 self.spilled.append((len(next(iter(chunk.values()))), places))
         except OSError as exc:
             raise InputError(f"cannot write the export's rows to the temporary folder {tempfile.gettempdir()} "
                              f"({exc.strerror or exc}): set TMPDIR to a folder with room for them") from None
         self.chunks = []
 
+    def _file(self, name: str) -> BinaryIO:
+        if self.files is None:
+            return self.file
+        if name not in self.files:
+            self.files[name] = tempfile.TemporaryFile(prefix="perfdoctor-column-")
+        return self.files[name]
+
     def table(self, columns: list[str], mapped: bool = False) -> Table:
         """All rows, in the order they were added, one column at a time (each column's chunks let go as
-        it is joined); ``mapped``: each column in a mapped file (:mod:`perfdoctor.mapped`)."""
+        it is joined); ``mapped``: each column in a mapped file (:mod:`perfdoctor.mapped`): a column's own
+        file where its rows went to one (``by_column``) at one width."""
+        if self.files is not None:
+            self.spill()  # the column files hold every row
         out = {}
         for name in columns:
             dtypes = {place[name][0] for _, place in self.spilled} | {chunk[name].dtype for chunk in self.chunks}
             dtype = np.result_type(*dtypes) if dtypes else np.int64
+            if mapped and self.files is not None and dtypes == {dtype}:
+                out[name] = mapped_columns.of_file(self._file(name), self.rows, dtype)
+                continue
             column = mapped_columns.empty(self.rows, dtype) if mapped else np.empty(self.rows, dtype=dtype)
             at = 0
             for n, place in self.spilled:  # spilled chunks come before those still in memory
                 dtype, offset, size = place[name]
-                self.file.seek(offset)
+                file = self._file(name)
+                file.seek(offset)
                 # straight into the column where the chunk has its width (a wider column: through a copy)
                 part = column[at:at + n] if dtype == column.dtype else np.empty(size, dtype=dtype)
-                self.file.readinto(memoryview(part).cast("B"))
+                file.readinto(memoryview(part).cast("B"))
                 if part.base is not column:
                     column[at:at + n] = part
                 at += n
@@ -91,9 +113,10 @@ class _Rows:
         return Table(out, rows=self.rows)
 
     def close(self) -> None:
-        if self.file is not None:
-            self.file.close()
-        self.file, self.chunks, self.spilled = None, [], []
+        for file in [self.file, *(self.files or {}).values()]:
+            if file is not None:
+                file.close()
+        self.file, self.files, self.chunks, self.spilled = None, None, [], []
 
 
 class Pieces:
@@ -131,12 +154,12 @@ class Pieces:
                 self.pairs.update((process, int(d)) for d in devices)
             self._held += part.nbytes
             if self._spilling:
-                held.spill()
+                held.spill(by_column=len(self._processes) == 1)
         if not self._spilling and self._held > self._spill_above and (
                 len(self._processes) > 1 or self._held > self._map_above):
             self._spilling = True
             for held in self._rows.values():
-                held.spill()
+                held.spill(by_column=len(self._processes) == 1)
 
     def shape(self, table: str) -> Table:
         """``table`` without rows: its columns, as :meth:`take` gives them."""
