@@ -25,6 +25,11 @@ PER_TASK = 1  # set by perfdoctor.execute for the duration of a run
 # busy machine): peak RSS 2,571-2,678 MiB side by side, 2,034-2,083 one at a time, for 3-22 % (median
 # about 12 %) more wall time. Memory bounded first: the time is won back elsewhere, not by doubling peaks.
 SIDE_BY_SIDE_MAX_BYTES = 256 << 20
+# Mapped tables (perfdoctor.mapped) are not in memory, but each measurement still makes some arrays of a
+# value per kernel (a few bytes each): side by side past this many bytes of tables, two such sets are alive
+# at once. Measured on one GPU's 30M kernels (2 GB of tables): peak RSS 905 MB side by side, ~670 MB one at
+# a time; on 10M kernels (700 MB) side by side took 0.81x the wall time for 506 MB.
+SIDE_BY_SIDE_MAPPED_MAX_BYTES = 1 << 30
 # A timeline whose tables hold less than this is measured one measurement at a time too: starting a thread
 # and handing the interpreter lock back and forth cost more than the overlap wins on small arrays. Measured
 # (whole analysis in-process, paired alternating runs, 2 busy cores): the 2-GPU real export (0.8 MB of
@@ -74,13 +79,14 @@ def beside(fn: Callable[..., T], *args: Any) -> Later[T]:
 @contextmanager
 def sized_for(table_bytes: int, in_memory: int | None = None) -> Iterator[None]:
     """Within the block, :func:`beside` runs measurements on a second thread only when the timeline's
-    tables hold at least :data:`SIDE_BY_SIDE_MIN_BYTES` (the thread pays for itself) and, of them, those
-    in memory (``in_memory``; all of them when not given) at most :data:`SIDE_BY_SIDE_MAX_BYTES`: memory
-    stays bounded by one measurement's arrays. Mapped tables (perfdoctor.mapped) are measured a window at
-    a time, so their measurements' arrays are a window's."""
+    tables hold at least :data:`SIDE_BY_SIDE_MIN_BYTES` (the thread pays for itself) and memory stays
+    bounded by one measurement's arrays: the tables in memory (``in_memory``; all of them when not given)
+    at most :data:`SIDE_BY_SIDE_MAX_BYTES`, all of them (mapped ones too: perfdoctor.mapped) at most
+    :data:`SIDE_BY_SIDE_MAPPED_MAX_BYTES`."""
     global _side_by_side
     in_memory = table_bytes if in_memory is None else in_memory
-    before, _side_by_side = _side_by_side, SIDE_BY_SIDE_MIN_BYTES <= table_bytes and in_memory <= SIDE_BY_SIDE_MAX_BYTES
+    before, _side_by_side = _side_by_side, (SIDE_BY_SIDE_MIN_BYTES <= table_bytes <= SIDE_BY_SIDE_MAPPED_MAX_BYTES
+                                            and in_memory <= SIDE_BY_SIDE_MAX_BYTES)
     try:
         yield
     finally:

@@ -29,9 +29,14 @@ def test_beside_runs_on_a_second_thread_only_with_a_second_core(monkeypatch) -> 
 def test_a_timeline_too_large_or_too_small_for_two_measurements_at_once_runs_them_one_at_a_time(monkeypatch) -> None:
     on_main = []
     monkeypatch.setattr(cores, "PER_TASK", 2)
-    for size, main_thread in ((cores.SIDE_BY_SIDE_MAX_BYTES, False), (cores.SIDE_BY_SIDE_MAX_BYTES + 1, True),
-                              (cores.SIDE_BY_SIDE_MIN_BYTES, False), (cores.SIDE_BY_SIDE_MIN_BYTES - 1, True)):
-        with cores.sized_for(size):
+    most, mapped_most = cores.SIDE_BY_SIDE_MAX_BYTES, cores.SIDE_BY_SIDE_MAPPED_MAX_BYTES
+    # (tables, of them in memory): mapped tables count against the larger limit only
+    for size, main_thread in (((most, None), False), ((most + 1, None), True),
+                              ((cores.SIDE_BY_SIDE_MIN_BYTES, None), False),
+                              ((cores.SIDE_BY_SIDE_MIN_BYTES - 1, None), True),
+                              ((mapped_most, most), False), ((mapped_most, most + 1), True),
+                              ((mapped_most + 1, 0), True)):
+        with cores.sized_for(*size):
             later = cores.beside(lambda: on_main.append(threading.current_thread() is threading.main_thread()))
         later.result()
         assert on_main[-1] is main_thread
