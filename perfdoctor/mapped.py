@@ -10,6 +10,13 @@ the kernel writes dirty ones back to the file when it needs the memory, instead 
 killed. The files are unlinked at once (``tempfile.TemporaryFile``), so their space returns when the
 columns are let go or the process ends, Ctrl-C included; nothing is written beside the input.
 
+Columns come from the loader (one large process's rows, written to a file per column as they are read:
+:mod:`perfdoctor.load.pieces`) and from takes, conversions and joins of mapped columns (:func:`taken`,
+:func:`converted`, :func:`joined`, :func:`like`), so that a table derived from a mapped one is mapped too.
+Measurements read columns in whole-column operations as well as in slices, and the kernel keeps every page
+read until memory runs short, counted as this process's: a pager thread lets them go whenever more than
+:data:`RESIDENT` bytes of them are resident.
+
 Only where ``$TMPDIR`` is a disk: on a RAM file system (``tmpfs``) a mapped page is memory all the same,
 so columns stay ordinary arrays there (:func:`available`).
 """
@@ -103,17 +110,6 @@ def of_file(fh: BinaryIO, rows: int, dtype: np.dtype | type) -> np.ndarray:
 SLICE_BYTES = 32 << 20  # copied a piece at a time: a column is never held twice
 
 
-def moved(values: np.ndarray) -> np.ndarray:
-    """``values`` copied into a mapped column (:func:`empty`), a piece at a time with the pages written
-    let go after each."""
-    out = empty(values.size, values.dtype)
-    step = max(1, SLICE_BYTES // max(values.itemsize, 1))
-    for lo in range(0, values.size, step):
-        out[lo:lo + step] = values[lo:lo + step]
-        release_one(out)
-    return out
-
-
 def like(rows: int, dtype: np.dtype | type, column: np.ndarray, fill: object = None) -> np.ndarray:
     """A new column of ``rows`` rows for values derived from ``column``: mapped when ``column`` is and the
     new one is large (:data:`MAP_TAKES_ABOVE`), else an ordinary array; filled with ``fill`` when given."""
@@ -189,13 +185,6 @@ def _mapping(values: np.ndarray) -> mmap.mmap | None:
 def is_mapped(values: np.ndarray) -> bool:
     """Whether a column (or a view of one) lives in a mapped file."""
     return _mapping(values) is not None
-
-
-def release_one(values: np.ndarray) -> None:
-    """Let go of the resident pages of one mapped column (its data stays in the file)."""
-    mapping = _mapping(values)
-    if mapping is not None and not mapping.closed:
-        mapping.madvise(mmap.MADV_DONTNEED)
 
 
 def release() -> int:
