@@ -153,11 +153,8 @@ def joined(parts: list[np.ndarray]) -> np.ndarray:
         return np.concatenate(parts)
     out, at = empty(size, dtype), 0
     for part in parts:
-        step = max(1, SLICE_BYTES // max(part.itemsize, 1))
-        for lo in range(0, part.size, step):
-            piece = part[lo:lo + step]
-            out[at:at + piece.size] = piece
-            at += piece.size
+        _copy(part, out, at)
+        at += part.size
     return out
 
 
@@ -166,10 +163,16 @@ def converted(values: np.ndarray, dtype: np.dtype | type) -> np.ndarray:
     if values.dtype == dtype or values.nbytes < MAP_TAKES_ABOVE or not is_mapped(values):
         return values.astype(dtype, copy=False)
     out = empty(values.size, dtype)
-    step = max(1, SLICE_BYTES // values.itemsize)
-    for lo in range(0, values.size, step):
-        out[lo:lo + step] = values[lo:lo + step]
+    _copy(values, out, 0)
     return out
+
+
+def _copy(values: np.ndarray, out: np.ndarray, at: int) -> None:
+    """``out[at:at + values.size] = values``, a piece at a time: no converted copy of a whole column."""
+    step = max(1, SLICE_BYTES // max(values.itemsize, 1))
+    for lo in range(0, values.size, step):
+        piece = values[lo:lo + step]
+        out[at + lo:at + lo + piece.size] = piece
 
 
 def _mapping(values: np.ndarray) -> mmap.mmap | None:
