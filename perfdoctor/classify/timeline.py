@@ -56,8 +56,11 @@ def _dense_pairs(short: np.ndarray, demangled: np.ndarray, width: int) -> tuple[
         key = short[lo:lo + PAIR_SLICE].astype(np.int64) * width + demangled[lo:lo + PAIR_SLICE] + base
         new = key[code_of[key] < 0]
         if new.size:
-            distinct, first = np.unique(new, return_index=True)
-            distinct = distinct[np.argsort(first, kind="stable")]  # in order of first appearance
+            # in order of first appearance without sorting the slice: each new key's entry takes the least
+            # (earliest) of its positions, as a value below −1; the positions that hold it are the firsts
+            first = np.arange(new.size, dtype=np.int64) - (new.size + 1)
+            np.minimum.at(code_of, new, first)
+            distinct = new[code_of[new] == first]
             code_of[distinct] = np.arange(len(keys), len(keys) + distinct.size)
             keys.extend(distinct.tolist())
     inverse = like(short.size, code_type(len(keys)), short)
