@@ -71,7 +71,7 @@ def test_a_failed_or_skipped_section_keeps_its_row():
     r["failed"]["10m"] = "RuntimeError: exited -9\nKilled | oom"
     r["skipped"]["30m"] = "--quick"
     rows = run_all.summary(r)
-    assert len(rows) == 2 + 12  # header + every Done-when row (per-node sizes: peak RSS and the ratio shown)
+    assert len(rows) == 2 + 14  # header + every Done-when row (unsorted and per-node: peak RSS and ratio shown)
     assert "**failed**: RuntimeError: exited -9 Killed \\| oom" in next(x for x in rows if "10M kernels: whole" in x)
     assert "not measured in this run (--quick)" in next(x for x in rows if "30M kernels: CLI peak" in x)
 
@@ -97,3 +97,22 @@ def test_cached_trace_is_keyed_by_size_seed_and_generator(tmp_path, monkeypatch)
     assert not first.exists() and other_seed.exists()  # the stale file of that size and seed is gone
     make_big_trace.write(tmp_path / "direct.sqlite", 1_000, 0)
     assert edited.read_bytes() == (tmp_path / "direct.sqlite").read_bytes()
+
+
+def test_unsorted_copy_holds_the_same_kernels_out_of_start_order(tmp_path, monkeypatch):
+    import sqlite3
+
+    monkeypatch.setattr(run_all, "UNSORTED_BLOCK", 64)
+    source = make_big_trace.cached(1_000, 0, tmp_path)
+    copy = run_all.unsorted_copy(source)
+    assert copy != source and copy.parent == source.parent
+    query = "SELECT start FROM CUPTI_ACTIVITY_KIND_KERNEL ORDER BY rowid"
+    before = [r[0] for r in sqlite3.connect(source).execute(query)]
+    after = [r[0] for r in sqlite3.connect(copy).execute(query)]
+    assert before == sorted(before) and after != sorted(after)  # written in order; the copy is not
+    assert sorted(after) == before
+    assert after[:64] == before[64:128] and after[64:128] == before[:64]  # the first two blocks swapped
+    assert copy.stat().st_size <= 1.1 * source.stat().st_size  # vacuumed: no dropped table's pages
+    mtime = copy.stat().st_mtime_ns
+    assert run_all.unsorted_copy(source) == copy and copy.stat().st_mtime_ns == mtime  # cached
+    assert not list(tmp_path.glob("*.tmp"))
