@@ -212,6 +212,18 @@ class Table:
         return f"Table({len(self)} rows: {', '.join(self._columns)})"
 
 
+def starts_in_order(table: Table) -> tuple[np.ndarray, np.ndarray | None]:
+    """A table's starts in ascending order and the rows that put them so (a stable sort: ties keep row order),
+    the order None where the rows already are (kernels, and CUDA calls and copies as nsys writes them: then the
+    starts are the table's own column). For whoever searches a table by time many times (windows of steps,
+    the host gaps' next ops, the critical path's ops): sorted once, searched by every window."""
+    start = table.col("start") if len(table) else np.zeros(0, dtype=np.int64)
+    if np.all(start[1:] >= start[:-1]):
+        return start, None
+    order = np.argsort(start, kind="stable")
+    return start[order], order
+
+
 def repeated(values: np.ndarray, rows: int) -> np.ndarray:
     """``values[0]`` as a read-only column of ``rows`` rows of ``values``' type, held once."""
     return np.broadcast_to(values[:1], (rows,))

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from perfdoctor.table import Strings, Table, factorize, is_repeated, repeated
+from perfdoctor.table import Strings, Table, factorize, is_repeated, repeated, starts_in_order
 from perfdoctor.width import code_type, fitted
 
 
@@ -77,6 +77,16 @@ def test_strings_decode_mask_where_map_and_concat() -> None:
     assert len(set(map(repr, both.values.tolist()))) == both.values.size  # merged: each value once
     empty = Strings(np.zeros(0, dtype=np.int32), np.zeros(0, dtype=object))
     assert empty.decode().size == 0 and empty.mask("x").size == 0
+
+
+def test_starts_in_order_sorts_only_rows_out_of_order_and_keeps_ties_in_row_order() -> None:
+    in_order = Table({"start": np.array([1, 2, 2, 5])})
+    start, order = starts_in_order(in_order)
+    assert order is None and start is in_order.col("start")  # the table's own column, no copy
+    start, order = starts_in_order(Table({"start": np.array([5, 2, 9, 2, 1])}))
+    assert start.tolist() == [1, 2, 2, 5, 9] and order.tolist() == [4, 1, 3, 0, 2]  # the tie at 2: row 1 first
+    start, order = starts_in_order(Table.empty(["start"]))
+    assert start.size == 0 and order is None
 
 
 def test_table_rows_by_position_mask_and_slice_keep_columns_aligned() -> None:

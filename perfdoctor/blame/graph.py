@@ -27,7 +27,7 @@ from perfdoctor.blame.causes import CATEGORY_CAUSE, CODE
 from perfdoctor.classify.groups import GROUPS, GroupLabels
 from perfdoctor.classify.projection import calls_of
 from perfdoctor.model import Timeline
-from perfdoctor.table import Table
+from perfdoctor.table import Table, starts_in_order
 
 LAUNCH, STREAM, EVENT = 0, 1, 2
 EDGE_KINDS = ("launch", "stream", "event")
@@ -120,10 +120,9 @@ class OpSource:
         self.order: list[np.ndarray | None] = []
         self.starts: list[np.ndarray] = []
         for t, *_ in self.parts:
-            start = t.col("start")
-            order = None if np.all(start[1:] >= start[:-1]) else np.argsort(start, kind="stable")
+            start, order = starts_in_order(t)
             self.order.append(order)
-            self.starts.append(start if order is None else start[order])
+            self.starts.append(start)
 
     def rank(self, t: np.ndarray, side: str) -> np.ndarray:
         """Per time, how many ops start before it (``side`` "left") or at or before it ("right")."""

@@ -39,7 +39,7 @@ from perfdoctor.measure import intervals as iv
 from perfdoctor.measure.steps import Steps, step_at
 from perfdoctor.memo import per_object
 from perfdoctor.model import Timeline
-from perfdoctor.table import Table, factorize
+from perfdoctor.table import Table, factorize, starts_in_order
 
 CAUSES = ("launch_bound", "sync", "gc", "data", "optimizer", "outside_ops", "other")
 DEVICE_WAIT = -1  # cause code of a gap the device waited out (a dependency, another rank): not host-caused
@@ -340,11 +340,9 @@ def _op_starts(tl: Timeline) -> list[tuple[np.ndarray, np.ndarray]]:
     for table in (tl.kernels, tl.memcpy, tl.memset):
         if not len(table):
             continue
-        start, ids = table.col("start"), table.col("correlation_id")
-        if not np.all(start[1:] >= start[:-1]):  # kernels come sorted; copies and fills may not
-            order = np.argsort(start, kind="stable")
-            start, ids = start[order], ids[order]
-        out.append((start, ids))
+        start, order = starts_in_order(table)  # kernels come sorted; copies and fills may not
+        ids = table.col("correlation_id")
+        out.append((start, ids if order is None else ids[order]))
     return out
 
 

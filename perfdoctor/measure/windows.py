@@ -33,7 +33,7 @@ import numpy as np
 from perfdoctor.classify.projection import rows_of
 from perfdoctor.measure.steps import Steps
 from perfdoctor.model import Timeline
-from perfdoctor.table import Table
+from perfdoctor.table import Table, starts_in_order
 
 # Kernels per window (a window holds at least one whole step): its interval sets and per-kernel temporaries
 # are about 100 bytes a kernel, so a window's measurement holds some 25 MB. Measured at 10M kernels (peak RSS
@@ -105,9 +105,7 @@ class _Starts:
     sorted (kernels, and CUDA calls and copies as nsys writes them), else sorted with the order kept."""
 
     def __init__(self, table: Table) -> None:
-        start = table.col("start") if len(table) else np.zeros(0, dtype=np.int64)
-        self.order = None if np.all(start[1:] >= start[:-1]) else np.argsort(start, kind="stable")
-        self.start = start if self.order is None else start[self.order]
+        self.start, self.order = starts_in_order(table)
 
     def rows(self, a: int, b: int) -> np.ndarray:
         """The rows of the sorted positions ``[a, b)``, in table order."""
