@@ -436,7 +436,7 @@ def measure_windows(tl: Timeline, kcls: Table, groups: GroupLabels, steps: Steps
         gaps = host_gaps(win.tl, win.steps, act.busy, context, win.next_start) if on_device else None
         quantities = step_quantities(win.tl, w_kcls, act, win.steps, groups.any_labelled, by_group, gaps, w_unfused,
                                      config) if on_device else {}
-        parts.append((quantities, step_series(win.tl.kernels, act, win.steps, by_group, whole)))
+        parts.append((quantities, step_series(win.steps, quantities, whole)))
         if cols is not None:
             add_context(cols, win.owns, act, by_group, gaps)
         del act, by_group, gaps

@@ -11,36 +11,33 @@ from __future__ import annotations
 import numpy as np
 
 from perfdoctor.classify.groups import GROUPS
-from perfdoctor.measure import intervals as iv
-from perfdoctor.measure.activity import Activity, GroupComm
 from perfdoctor.measure.steps import Steps
-from perfdoctor.table import Table
 
 NS_PER_MS = 1e6
 
 
-def step_series(kernels: Table, act: Activity, steps: Steps, by_group: GroupComm,
-                whole: tuple[bool, tuple[int, ...]] | None = None) -> dict[str, list[float]]:
-    """Per step (in step order), ms of step time, exposed comm (all and per labelled group, ``by_group``
-    their sets) and device idle. ``whole``: for a window of a timeline's steps (perfdoctor.measure.windows),
-    whether the timeline has kernels and its labelled kernels per group, which say the series it has."""
+def step_series(steps: Steps, quantities: dict[str, np.ndarray],
+                whole: tuple[bool, tuple[int, ...]]) -> dict[str, list[float]]:
+    """Per step (in step order), ms of step time, exposed comm (all and per labelled group) and device idle,
+    from the per-step ns that :func:`perfdoctor.measure.metrics.step_quantities` measured for these steps
+    (busy, exposed, ``<group>.exposed``). ``whole``: whether the timeline has kernels and its labelled
+    kernels per group (for a window of its steps, perfdoctor.measure.windows: the whole timeline's), which say
+    the series it has."""
     if not len(steps):
         return {}
-    any_kernels, per_group = whole if whole is not None else (bool(len(kernels)), by_group.kernels)
-
-    def per_step(s: iv.Intervals) -> list[float]:
-        ms = iv.overlap_per_interval(steps.starts, steps.ends, s).astype(np.float64) / NS_PER_MS
-        return [round(float(x), 6) for x in ms]
-
+    any_kernels, per_group = whole
     durations = steps.durations.astype(np.float64) / NS_PER_MS
+
+    def ms(ns: np.ndarray) -> list[float]:
+        return [round(float(x), 6) for x in ns / NS_PER_MS]
+
     out = {"step.time_ms": [round(float(x), 6) for x in durations]}
     if not any_kernels:
         return out
-    out["comm.exposed_ms"] = per_step(act.exposed_comm)
-    busy = np.asarray(per_step(act.busy))
+    out["comm.exposed_ms"] = ms(quantities["exposed"])
+    busy = np.asarray(ms(quantities["busy"]))
     out["host.idle_ms"] = [round(float(x), 6) for x in np.maximum(durations - busy, 0.0)]
-    if any(per_group):
-        for i, g in enumerate(GROUPS):
-            if per_group[i]:
-                out[f"comm.{g}.exposed_ms"] = per_step(by_group.exposed[i])
+    for i, g in enumerate(GROUPS):
+        if per_group[i]:
+            out[f"comm.{g}.exposed_ms"] = ms(quantities[f"{g}.exposed"])
     return out
