@@ -69,7 +69,8 @@ def test_one_cpu_timeline_for_the_program(loaded: LoadedExport) -> None:
     for frame in (tl.kernels, tl.memcpy, tl.memset, tl.sync, tl.api):
         assert len(frame) == 0
     main_tid = tl.global_pid | manifest["tids"]["main"]
-    assert tl.thread_names.get(main_tid) == Path(loaded.capture.program).name[:15]  # the OS comm name
+    # the OS comm name; on a busy machine nsys may have read it before the exec, as its launcher's (seen once)
+    assert tl.thread_names.get(main_tid) in (Path(loaded.capture.program).name[:15], "nsys-launcher")
 
 
 def test_every_emitted_event_is_read_back_once(loaded: LoadedExport) -> None:
