@@ -193,10 +193,8 @@ class Table:
 
     def sorted_by(self, name: str) -> Table:
         """Rows in order of one column (stable); the table itself when already in order."""
-        key = self._columns[name]
-        if key.size < 2 or bool(np.all(key[1:] >= key[:-1])):
-            return self
-        return self.take(np.argsort(key, kind="stable"))
+        order = stable_order(self._columns[name])
+        return self if order is None else self.take(order)
 
     @staticmethod
     def concat(parts: list[Table]) -> Table:
@@ -212,16 +210,22 @@ class Table:
         return f"Table({len(self)} rows: {', '.join(self._columns)})"
 
 
+def stable_order(values: np.ndarray) -> np.ndarray | None:
+    """The rows of ``values`` in ascending order (a stable sort: ties keep row order); None, and no sort, when
+    they already are (kernels by start, CUDA calls by correlation id, as nsys writes them)."""
+    if values.size < 2 or bool(np.all(values[1:] >= values[:-1])):
+        return None
+    return np.argsort(values, kind="stable")
+
+
 def starts_in_order(table: Table) -> tuple[np.ndarray, np.ndarray | None]:
     """A table's starts in ascending order and the rows that put them so (a stable sort: ties keep row order),
     the order None where the rows already are (kernels, and CUDA calls and copies as nsys writes them: then the
     starts are the table's own column). For whoever searches a table by time many times (windows of steps,
     the host gaps' next ops, the critical path's ops): sorted once, searched by every window."""
     start = table.col("start") if len(table) else np.zeros(0, dtype=np.int64)
-    if np.all(start[1:] >= start[:-1]):
-        return start, None
-    order = np.argsort(start, kind="stable")
-    return start[order], order
+    order = stable_order(start)
+    return (start, None) if order is None else (start[order], order)
 
 
 def repeated(values: np.ndarray, rows: int) -> np.ndarray:

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from perfdoctor.table import Strings, Table, factorize, is_repeated, repeated, starts_in_order
+from perfdoctor.table import Strings, Table, factorize, is_repeated, repeated, stable_order, starts_in_order
 from perfdoctor.width import code_type, fitted
 
 
@@ -87,6 +87,8 @@ def test_starts_in_order_sorts_only_rows_out_of_order_and_keeps_ties_in_row_orde
     assert start.tolist() == [1, 2, 2, 5, 9] and order.tolist() == [4, 1, 3, 0, 2]  # the tie at 2: row 1 first
     start, order = starts_in_order(Table.empty(["start"]))
     assert start.size == 0 and order is None
+    assert stable_order(np.array([3, 3, 4])) is None and stable_order(np.array([7])) is None
+    assert stable_order(np.array([2, 1, 2, 0])).tolist() == [3, 1, 0, 2]
 
 
 def test_table_rows_by_position_mask_and_slice_keep_columns_aligned() -> None:

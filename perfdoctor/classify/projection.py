@@ -13,7 +13,7 @@ import numpy as np
 from perfdoctor.mapped import like
 from perfdoctor.memo import per_object
 from perfdoctor.model import Timeline
-from perfdoctor.table import Table
+from perfdoctor.table import Table, stable_order
 
 NO_RANGE = -1
 # How many earlier-starting candidates to try when the latest-starting range on a thread ended before
@@ -64,11 +64,11 @@ def _rows_of(api: Table, want: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         hit = looked >= 0  # table[0] is -1: ids <= 0 and ids outside the table (sent to 0) never hit
         return (looked if hit.all() else looked[hit]), hit
     corr = api.col("correlation_id")
-    order = np.arange(corr.size) if np.all(corr[1:] >= corr[:-1]) else np.argsort(corr, kind="stable")
-    sorted_corr = corr[order]
+    order = stable_order(corr)
+    sorted_corr = corr if order is None else corr[order]
     pos = np.minimum(np.searchsorted(sorted_corr, want), max(sorted_corr.size - 1, 0))
     hit = (sorted_corr[pos] == want) & (want > 0)
-    return order[pos[hit]], hit
+    return pos[hit] if order is None else order[pos[hit]], hit
 
 
 @per_object

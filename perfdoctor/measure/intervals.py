@@ -12,6 +12,7 @@ import numpy as np
 
 from perfdoctor.heap import MMAP_ABOVE
 from perfdoctor.mapped import like
+from perfdoctor.table import stable_order
 
 Intervals = tuple[np.ndarray, np.ndarray]
 
@@ -44,11 +45,8 @@ def _union(starts: np.ndarray, ends: np.ndarray) -> Intervals:
         starts, ends = starts[keep], ends[keep]
     if starts.size == 0:
         return EMPTY
-    if np.all(starts[1:] >= starts[:-1]):  # kernels arrive sorted by start: skip the sort
-        s, e = starts, ends
-    else:
-        order = np.argsort(starts, kind="stable")
-        s, e = starts[order], ends[order]
+    order = stable_order(starts)  # kernels arrive sorted by start: no sort
+    s, e = (starts, ends) if order is None else (starts[order], ends[order])
     reach = np.maximum.accumulate(e)
     # A new merged interval begins where the start lies beyond everything seen so far.
     new = np.empty(s.size, dtype=bool)
