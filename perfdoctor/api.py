@@ -343,7 +343,9 @@ def analyze_timeline(tl: Timeline, config: dict[str, Any], excerpts: bool, trace
     kernels, evidence) once over the whole tables. Where the task has a second core, the critical path
     (:func:`blame`, the largest single piece of work: it needs only the taxonomy, the group labels and the
     steps) is computed beside every other measurement (:func:`perfdoctor.cores.beside`), started as soon as
-    its inputs are known; one at a time, it comes last."""
+    its inputs are known; so are the launch statistics, which need the timeline's columns alone: counted
+    while the kernels are classified. One at a time, each comes when its result is asked for."""
+    launches_later = beside(launch_stats, tl) if tl.device_id is not None else None
     kcls = kernel_classes(tl.kernels)
     ccls = copy_classes(tl.memcpy)
     window = activity_window(tl)
@@ -357,9 +359,9 @@ def analyze_timeline(tl: Timeline, config: dict[str, Any], excerpts: bool, trace
                         fingerprints=timeline_fingerprints(tl))
     cols = collectives(tl, steps, groups) if on_device else None
     # On a timeline whose columns are mapped on their own (heap.MMAP_ABOVE: millions of kernels) the heap's
-    # free pages go back before and after the windows and after the launch statistics: the classification's
-    # temporaries are not reused by the windows' (smaller), nor the windows' by the tallies' columns. On a
-    # smaller one the heap serves its next arrays as it is (a trim costs its page faults again: 0.1 s at 1M).
+    # free pages go back before and after the windows: the classification's temporaries are not reused by
+    # the windows' (smaller), nor the windows' by the tallies' columns. On a smaller one the heap serves its
+    # next arrays as it is (a trim costs its page faults again: 0.1 s at 1M).
     trim = give_back if 8 * len(tl.kernels) >= MMAP_ABOVE else lambda: None
     trim()
     measured = measure_windows(tl, kcls, groups, steps, config, on_device, cols,
@@ -371,8 +373,7 @@ def analyze_timeline(tl: Timeline, config: dict[str, Any], excerpts: bool, trace
     if steps is None:
         return result
     result.excerpt, result.trace_excerpt = measured.excerpt, measured.trace_excerpt
-    launches = launch_stats(tl) if on_device else None
-    trim()
+    launches = launches_later.result() if on_device else None
     result.metrics, device.evidence = timeline_metrics(tl, kcls, steps, groups, measured.quantities, launches,
                                                        config)
     result.metrics |= graph_metrics(tl, steps)
