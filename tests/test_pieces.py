@@ -92,6 +92,34 @@ def test_rows_stay_in_memory_for_one_process_until_its_tables_are_large(monkeypa
         assert start.tolist() == list(range(10)) * 3 and mapped.is_mapped(start) is routed.spilled
 
 
+def test_rows_bound_to_be_mapped_go_to_disk_from_the_first_slice(monkeypatch):
+    """A table said (Pieces.expect) to hold more rows than fit under mapped.MAP_ABOVE goes to its files
+    from the spill threshold on, a slice at a time; its rows come back as they were added. A table expected
+    small is held, as before."""
+    if not mapped.available():
+        pytest.skip("mapped columns need a temporary folder on disk")
+    rows = Table({"global_pid": np.full(10, 7 << 24), "device_id": np.zeros(10, dtype=np.int64),
+                  "start": np.arange(10)})
+    monkeypatch.setattr(mapped, "MAP_ABOVE", rows.nbytes * 5)
+    for expected, spilled in ((60, True), (40, False)):
+        routed = Pieces(spill_above=0)
+        routed.expect("kernels", expected)
+        routed.add("kernels", rows["global_pid"], rows)
+        assert routed.spilled is spilled
+        routed.add("kernels", rows["global_pid"], rows)
+        assert routed.take("kernels", 7 << 24)["start"].tolist() == list(range(10)) * 2
+
+
+def test_rows_at_most_is_the_rowid_span_of_a_table():
+    db = sqlite_export.SqliteExport(REAL_H100)
+    try:
+        rows = db.query("SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL")[0][0]
+        assert db.rows_at_most("CUPTI_ACTIVITY_KIND_KERNEL") >= rows > 0
+        assert db.rows_at_most("NO_SUCH_TABLE") == 0
+    finally:
+        db.close()
+
+
 def test_rows_of_several_processes_keep_file_order_across_memory_and_disk():
     routed = Pieces(spill_above=200)
     key = np.array([1, 2, 1, 2, 1]) << 24

@@ -328,6 +328,8 @@ def _route(db: SqliteExport, pieces: Pieces, specs: list[tuple[str, str, dict[st
     """Read the large tables (name, table, columns, routing key) slice by slice, one after the other, their
     integer columns checked and NULLs filled, each slice's rows routed to their process (a CUDA call's by
     its thread's globalTid)."""
+    for name, table, _, _ in specs:
+        pieces.expect(name, db.rows_at_most(table))
     for i, raw in db.read_many([(table, _select(db, table, wanted)) for _, table, wanted, _ in specs]):
         name, table, wanted, key = specs[i]
         narrow = ROUTED_NARROW.get(name, ())

@@ -134,7 +134,19 @@ class Pieces:
         self._processes: set[int] = set()
         self.counts: dict[str, int] = {}
         self._mapped: dict[int, bool] = {}
+        self._expected: dict[str, int] = {}  # rows each table will have at most (:meth:`expect`)
+        self._row_bytes: dict[str, float] = {}  # bytes per row of each table, from its first slice
         self.pairs: set[tuple[int, int]] = set()  # (process, device) of the rows of tables with a device
+
+    def expect(self, table: str, rows: int) -> None:
+        """Say how many rows ``table`` will have at most, before its slices come: rows bound to be mapped
+        (:meth:`take`) then go to their files from the first spill threshold on, a slice at a time, not all
+        at once when they reach the mapping threshold (a quarter of a GB written while the readers wait)."""
+        self._expected[table] = rows
+
+    def _foreseen(self) -> float:
+        """The bytes the tables will hold by what they said to :meth:`expect`, over those with a slice."""
+        return sum(self._expected.get(table, 0) * size for table, size in self._row_bytes.items())
 
     def add(self, table: str, key: np.ndarray, rows: Table) -> None:
         """Route a slice of ``table``: each row to the process ``key`` names (its globalPid)."""
@@ -142,6 +154,7 @@ class Pieces:
         self.counts[table] = self.counts.get(table, 0) + len(rows)
         if not len(rows):
             return
+        self._row_bytes.setdefault(table, rows.nbytes / len(rows))
         for process, part in _by_process(key, rows):
             self._processes.add(process)
             held = self._rows.setdefault((table, process), _Rows())
@@ -156,7 +169,7 @@ class Pieces:
             if self._spilling:
                 held.spill(by_column=len(self._processes) == 1)
         if not self._spilling and self._held > self._spill_above and (
-                len(self._processes) > 1 or self._held > self._map_above):
+                len(self._processes) > 1 or max(self._held, self._foreseen()) > self._map_above):
             self._spilling = True
             for held in self._rows.values():
                 held.spill(by_column=len(self._processes) == 1)

@@ -195,6 +195,18 @@ class SqliteExport:
                         arrow_c.release(f.result()[1])
                 raise
 
+    def rows_at_most(self, table: str) -> int:
+        """An upper bound on the rows of ``table`` before it is read: its rowid span (two b-tree lookups, no
+        scan); 0 for a missing or empty table, or one without rowids (its read says what is wrong with it)."""
+        if table not in self.tables:
+            return 0
+        try:
+            low, high = self.query(f"SELECT (SELECT min(rowid) FROM [{table}]), "
+                                   f"(SELECT max(rowid) FROM [{table}])")[0]
+        except InputError:
+            return 0
+        return 0 if low is None else int(high) - int(low) + 1
+
     def _rowids(self, table: str) -> tuple[int, int] | None:
         """The first and last rowid of a large table, to slice it by; ``None`` for a small one (at most
         :data:`SMALL_TABLE_ROWS` rows). Each end is one b-tree lookup (in two subqueries: SQLite scans the
