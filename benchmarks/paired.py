@@ -22,9 +22,14 @@ import time
 from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
 CHILD_TIMEOUT_S = 3600  # a hung child is killed and reported as an error, not waited on for ever
+PAGE_BYTES = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 MEMORY_FLOOR = 2 * 2**30  # a measured process tree is killed when the machine has less available (_tree_rss)
 
 
@@ -71,7 +76,12 @@ def _tree_rss(pid: int, stop: threading.Event, seen: dict[str, int], every_s: fl
     counts pages a forked worker shares with its parent twice: an upper bound, the safe side for a memory
     limit. When the machine's available memory falls under MEMORY_FLOOR the tree is killed and
     ``seen["starved"]`` set: on a shared machine a run that outgrows it fails, instead of the kernel's
-    out-of-memory killer picking some other user's process."""
+    out-of-memory killer picking some other user's process.
+
+    The sampler shares the machine with what it measures: each sample reads only the tree's own entries of
+    ``/proc`` (:func:`_tree`), not every process's as ``psutil``'s ``children()`` does (measured on a
+    2-core machine with 66 processes: 10 % of a core at 50 samples a second, taken from a CLI that uses both
+    cores while the C scan it is paired with runs unsampled; 2 % with these reads)."""
     import psutil  # only when a tree is measured
 
     try:
@@ -79,18 +89,10 @@ def _tree_rss(pid: int, stop: threading.Event, seen: dict[str, int], every_s: fl
     except psutil.Error:
         return
     while not stop.is_set():
-        total = 0
-        try:
-            tree = [root, *root.children(recursive=True)]
-        except psutil.Error:
-            tree = [root]
-        for proc in tree:
-            try:
-                total += proc.memory_info().rss
-            except psutil.Error:
-                pass
+        tree = _tree(root)
+        total = sum(_rss(proc) for proc in tree)
         seen["peak"] = max(seen["peak"], total)
-        if psutil.virtual_memory().available < MEMORY_FLOOR:
+        if _available() < MEMORY_FLOOR:
             seen["starved"] = 1
             for proc in reversed(tree):
                 try:
@@ -99,6 +101,68 @@ def _tree_rss(pid: int, stop: threading.Event, seen: dict[str, int], every_s: fl
                     pass
             return
         stop.wait(every_s)
+
+
+def _tree(root: psutil.Process) -> list[psutil.Process]:
+    """``root`` and its descendants: from each of their threads' ``/proc/PID/task/TID/children`` (Linux with
+    CONFIG_PROC_CHILDREN), else psutil's ``children()``, which reads every process's parent."""
+    import psutil
+
+    if not os.path.exists(f"/proc/{os.getpid()}/task/{threading.get_native_id()}/children"):
+        try:
+            return [root, *root.children(recursive=True)]
+        except psutil.Error:
+            return [root]
+    pids, todo = [], [root.pid]
+    while todo:
+        pid = todo.pop()
+        pids.append(pid)
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:  # ended since its parent listed it
+            continue
+        for task in tasks:
+            try:
+                with open(f"/proc/{pid}/task/{task}/children") as fh:
+                    todo.extend(int(child) for child in fh.read().split())
+            except OSError:
+                pass
+    tree = [root]
+    for pid in pids[1:]:
+        try:
+            tree.append(psutil.Process(pid))
+        except psutil.Error:
+            pass
+    return tree
+
+
+def _rss(proc: psutil.Process) -> int:
+    """A process's resident bytes (``/proc/PID/statm``, else psutil's); 0 once it has ended."""
+    import psutil
+
+    try:
+        with open(f"/proc/{proc.pid}/statm", "rb") as fh:
+            return int(fh.read().split()[1]) * PAGE_BYTES
+    except (OSError, IndexError, ValueError):
+        pass
+    try:
+        return proc.memory_info().rss
+    except psutil.Error:
+        return 0
+
+
+def _available() -> int:
+    """The machine's available memory (``MemAvailable`` of /proc/meminfo, else psutil's)."""
+    try:
+        with open("/proc/meminfo", "rb") as fh:
+            for line in fh:
+                if line.startswith(b"MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    import psutil
+
+    return psutil.virtual_memory().available
 
 
 def _reports(stdout_tail: bytes) -> dict[str, float]:
