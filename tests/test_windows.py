@@ -69,6 +69,11 @@ def _plain(value):
     return value
 
 
+def _without_blame(fn, *args):
+    """api.beside without the critical path (blame/window.py has its own tests); the rest computed when asked."""
+    return SimpleNamespace(result=lambda: None if fn is api.blame else fn(*args))
+
+
 def _results(trace: Path) -> list[list]:
     """Per step set, each device timeline's analysis (without its critical path: blame/window.py has its
     own tests) as plain data."""
@@ -78,7 +83,7 @@ def _results(trace: Path) -> list[list]:
         for steps in _step_sets(find_steps(tl, activity_window(tl), kernel_classes(tl.kernels))):
             with pytest.MonkeyPatch.context() as m:
                 m.setattr(api, "find_steps", lambda *_, s=steps: s)
-                m.setattr(api, "beside", lambda *_: SimpleNamespace(result=lambda: None))
+                m.setattr(api, "beside", _without_blame)
                 result = api.analyze_timeline(tl, {}, True, True)
             out.append(_plain({"metrics": result.metrics, "series": result.series, "device": result.device,
                                "excerpt": result.excerpt, "trace": result.trace_excerpt,
@@ -183,7 +188,7 @@ def test_calls_and_copies_out_of_order_are_windowed_as_well(monkeypatch):
     def analysed():
         with pytest.MonkeyPatch.context() as m:
             m.setattr(api, "find_steps", lambda *_: steps)
-            m.setattr(api, "beside", lambda *_: SimpleNamespace(result=lambda: None))
+            m.setattr(api, "beside", _without_blame)
             r = api.analyze_timeline(tl, {}, True, True)
         return _plain({"metrics": r.metrics, "series": r.series, "device": r.device, "excerpt": r.excerpt,
                        "collectives": r.collectives})
