@@ -144,7 +144,8 @@ def test_read_slices_gives_the_table_in_file_order(monkeypatch):
                                                                     "missing": "NULL"}, rows=333))
     finally:
         db.close()
-    assert len(slices) == -(-len(whole) // 333) and max(len(s) for s in slices) == 333
+    assert len(slices) == -(-len(whole) // 333) and max(len(s) for s in slices) <= 333
+    assert max(len(s) for s in slices) - min(len(s) for s in slices) <= 1  # no short last slice
     assert Table.concat(slices).equals(whole)
 
 

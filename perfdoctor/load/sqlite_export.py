@@ -150,7 +150,9 @@ class SqliteExport:
             if rowids is not None:
                 select = ", ".join(f"{expr} AS {name}" for name, expr in present.items())
                 low, high = rowids
-                bounds = list(range(low, high + 1, max(rows or SLICE_ROWS, 1))) + [high + 1]
+                # slices of one size (at most ``rows``): the last two, read side by side, end together
+                count = -(-(high - low + 1) // max(rows or SLICE_ROWS, 1))
+                bounds = [low + (high - low + 1) * i // count for i in range(count + 1)]
                 queries = _rowid_slices(f"SELECT {select} FROM [{table}]", bounds)
             plans.append((index, table, columns, present, queries))
         work = [query for *_, queries in plans if queries for query in queries]
