@@ -198,31 +198,33 @@ class SqliteExport:
                 raise
 
     def rows_at_most(self, table: str) -> int:
-        """An upper bound on the rows of ``table`` before it is read: its rowid span (two b-tree lookups, no
-        scan); 0 for a missing or empty table, or one without rowids (its read says what is wrong with it)."""
-        if table not in self.tables:
-            return 0
+        """An upper bound on the rows of ``table`` before it is read: its rowid span (:meth:`_span`); 0 for a
+        missing or empty table, or one without rowids (its read says what is wrong with it)."""
         try:
-            low, high = self.query(f"SELECT (SELECT min(rowid) FROM [{table}]), "
-                                   f"(SELECT max(rowid) FROM [{table}])")[0]
+            span = self._span(table) if table in self.tables else None
         except InputError:
             return 0
-        return 0 if low is None else int(high) - int(low) + 1
+        return 0 if span is None else span[1] - span[0] + 1
+
+    def _span(self, table: str) -> tuple[int, int] | None:
+        """The first and last rowid of ``table`` (None when it is empty): each end is one b-tree lookup (in
+        two subqueries: SQLite scans the table for ``min(rowid), max(rowid)`` in one). A table without
+        rowids is :class:`InputError`."""
+        low, high = self.query(f"SELECT (SELECT min(rowid) FROM [{table}]), (SELECT max(rowid) FROM [{table}])")[0]
+        return None if low is None else (int(low), int(high))
 
     def _rowids(self, table: str) -> tuple[int, int] | None:
-        """The first and last rowid of a large table, to slice it by; ``None`` for a small one (at most
-        :data:`SMALL_TABLE_ROWS` rows). Each end is one b-tree lookup (in two subqueries: SQLite scans the
-        table for ``min(rowid), max(rowid)`` in one); only a span beyond the limit (ids can be sparse:
+        """The first and last rowid of a large table, to slice it by (:meth:`_span`); ``None`` for a small
+        one (at most :data:`SMALL_TABLE_ROWS` rows): only a span beyond the limit (ids can be sparse:
         ``StringIds``) is checked by stepping over that many rows, not counting all of them."""
         try:
-            low, high = self.query(f"SELECT (SELECT min(rowid) FROM [{table}]), "
-                                   f"(SELECT max(rowid) FROM [{table}])")[0]
+            span = self._span(table)
         except InputError:  # a table without rowid: one slice
             return 0, 0
-        if low is None or high - low < SMALL_TABLE_ROWS:
+        if span is None or span[1] - span[0] < SMALL_TABLE_ROWS:
             return None
         beyond = self.query(f"SELECT 1 FROM [{table}] LIMIT 1 OFFSET {SMALL_TABLE_ROWS}")
-        return (int(low), int(high)) if beyond else None
+        return span if beyond else None
 
     def _read_rows(self, sql: str, names: list[str]) -> dict[str, np.ndarray]:
         """A small table through the open sqlite3 connection: for a few thousand rows this is faster than
