@@ -61,6 +61,7 @@ class SqliteExport:
             raise InputError(f"{path}: not a readable SQLite database ({exc})") from None
         self.tables: frozenset[str] = frozenset(r[0] for r in rows)
         self._columns: dict[str, tuple[str, ...]] = {}
+        self._spans: dict[str, tuple[int, int] | None] = {}
 
     def _check_file(self) -> None:
         path = self.path
@@ -209,9 +210,13 @@ class SqliteExport:
     def _span(self, table: str) -> tuple[int, int] | None:
         """The first and last rowid of ``table`` (None when it is empty): each end is one b-tree lookup (in
         two subqueries: SQLite scans the table for ``min(rowid), max(rowid)`` in one). A table without
-        rowids is :class:`InputError`."""
-        low, high = self.query(f"SELECT (SELECT min(rowid) FROM [{table}]), (SELECT max(rowid) FROM [{table}])")[0]
-        return None if low is None else (int(low), int(high))
+        rowids is :class:`InputError`. Asked once per table: the loader sizes its routing by it before the
+        read slices the table by it."""
+        if table not in self._spans:
+            low, high = self.query(f"SELECT (SELECT min(rowid) FROM [{table}]), "
+                                   f"(SELECT max(rowid) FROM [{table}])")[0]
+            self._spans[table] = None if low is None else (int(low), int(high))
+        return self._spans[table]
 
     def _rowids(self, table: str) -> tuple[int, int] | None:
         """The first and last rowid of a large table, to slice it by (:meth:`_span`); ``None`` for a small
