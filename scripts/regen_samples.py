@@ -7,6 +7,7 @@ fresh regeneration with the committed files. Real captures in sample_traces/ are
 
 from __future__ import annotations
 
+import argparse
 import shutil
 import sys
 from importlib import resources
@@ -21,7 +22,12 @@ def scenario_files() -> list[Path]:
 
 
 def main(argv: list[str]) -> int:
-    root = Path(argv[1]) if len(argv) > 1 else Path(__file__).resolve().parent.parent / "sample_traces"
+    # argparse, not argv[1]: ``--help`` once became an output folder of that name, and was committed
+    parser = argparse.ArgumentParser(description="Regenerate the synthetic sample traces (deterministic).")
+    parser.add_argument("out_dir", nargs="?", type=Path,
+                        default=Path(__file__).resolve().parent.parent / "sample_traces",
+                        help="where each scenario's folder is written (default: sample_traces/)")
+    root = parser.parse_args(argv[1:]).out_dir
     for path in scenario_files():
         out = root / path.stem
         if out.exists():
