@@ -316,12 +316,18 @@ def _present(columns: Mapping[str, str]) -> dict[str, str]:
 
 def _column(values: tuple) -> np.ndarray:
     """One column of sqlite3 rows as numpy: integers int64, numbers with NULLs float with NaN (as the
-    Arrow reader gives them), text and blobs objects."""
-    if isinstance(next((v for v in values if v is not None), None), (str, bytes)):
+    Arrow reader gives them), text and blobs objects. The NULLs are counted and the types looked at in C
+    (``tuple.count``, ``map(type, ...)``): a nullable column of an export (most of NVTX's payload columns are
+    all NULL) is not walked value by value in Python."""
+    nulls = values.count(None)
+    if nulls == len(values):
+        return np.full(len(values), np.nan)
+    if isinstance(next(v for v in values if v is not None), (str, bytes)):
         return np.array(values, dtype=object)  # text: no detour through a fixed-width unicode array
-    arr = np.array(values)
-    if arr.dtype.kind in "iuf":
-        return arr
-    if all(v is None or isinstance(v, (int, float)) for v in values):
-        return np.array([np.nan if v is None else v for v in values], dtype=np.float64)
+    if not nulls:
+        arr = np.array(values)
+        if arr.dtype.kind in "iuf":
+            return arr
+    if set(map(type, values)) <= {int, float, type(None)}:
+        return np.array(values, dtype=np.float64)  # None becomes NaN
     return np.array(values, dtype=object)
