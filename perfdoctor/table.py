@@ -25,6 +25,7 @@ from perfdoctor.width import code_type
 # instead of a sort.
 _DENSE_SPAN_PER_ROW = 4
 _CONCAT_SLICE = 1 << 20  # string codes remapped at a time by Strings.concat
+_COMPARED_HITS = 4  # Strings masks of up to this many hit values compare codes (two passes each) instead of gathering
 
 
 class Strings:
@@ -62,13 +63,26 @@ class Strings:
 
     def mask(self, *wanted: Any) -> np.ndarray:
         """Rows whose text is one of ``wanted``: compared once per distinct value."""
-        hit = np.array([v in wanted for v in self.values], dtype=bool)
-        return hit[self.codes] if hit.size else np.zeros(self.codes.size, dtype=bool)
+        return self._rows_of(np.array([v in wanted for v in self.values], dtype=bool))
 
     def where(self, predicate: Any) -> np.ndarray:
         """Rows whose text satisfies ``predicate`` (called once per distinct value)."""
-        hit = np.array([bool(predicate(v)) for v in self.values], dtype=bool)
-        return hit[self.codes] if hit.size else np.zeros(self.codes.size, dtype=bool)
+        return self._rows_of(np.array([bool(predicate(v)) for v in self.values], dtype=bool))
+
+    def _rows_of(self, hit: np.ndarray) -> np.ndarray:
+        """``hit[codes]``, whether each row's value is a hit: the rows' codes compared with the few hit codes
+        (a code −k is value n − k, as indexing reads it), else gathered. A compare of narrow codes is
+        vectorised; a gather is a lookup per row: 2 ms against 19 ms for 10M int8 codes and one hit value."""
+        if not hit.size:
+            return np.zeros(self.codes.size, dtype=bool)
+        at = np.flatnonzero(hit).tolist()
+        if len(at) > _COMPARED_HITS:
+            return hit[self.codes]
+        out = np.zeros(self.codes.size, dtype=bool)
+        for code in at:
+            out |= self.codes == code
+            out |= self.codes == code - hit.size
+        return out
 
     def map(self, function: Any, dtype: Any = object) -> np.ndarray:
         """``function`` of every row's text, computed once per distinct value."""

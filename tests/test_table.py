@@ -79,6 +79,24 @@ def test_strings_decode_mask_where_map_and_concat() -> None:
     assert empty.decode().size == 0 and empty.mask("x").size == 0
 
 
+@pytest.mark.parametrize("kind", [np.int8, np.int16, np.int32, np.int64, np.uint8])
+def test_strings_masks_equal_the_gather_of_hit_values_for_every_code(kind: type[np.integer]) -> None:
+    """Masks of few hit values compare codes instead of gathering: the same rows, a negative code (−1:
+    missing) reading the value it indexes from the end, as the gather did, with any number of hits."""
+    rng = np.random.default_rng(7)
+    for n in (1, 2, 5, 100, 127):
+        values = np.array([f"v{i}" for i in range(n)], dtype=object)
+        low = 0 if np.dtype(kind).kind == "u" else -n
+        codes = rng.integers(low, n, 1000).astype(kind)
+        strings = Strings(codes, values)
+        for hits in range(min(n, 7) + 1):
+            wanted = tuple(rng.choice(values, hits, replace=False)) + ("absent",)
+            expected = np.isin(values, wanted)[codes]
+            assert np.array_equal(strings.mask(*wanted), expected), (kind, n, hits)
+            assert np.array_equal(strings.where(lambda v, w=wanted: v in w), expected), (kind, n, hits)
+    assert Strings(np.zeros(3, dtype=np.int8), np.zeros(0, dtype=object)).mask("a").tolist() == [False] * 3
+
+
 def test_starts_in_order_sorts_only_rows_out_of_order_and_keeps_ties_in_row_order() -> None:
     in_order = Table({"start": np.array([1, 2, 2, 5])})
     start, order = starts_in_order(in_order)
