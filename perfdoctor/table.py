@@ -63,13 +63,13 @@ class Strings:
 
     def mask(self, *wanted: Any) -> np.ndarray:
         """Rows whose text is one of ``wanted``: compared once per distinct value."""
-        return self._rows_of(np.array([v in wanted for v in self.values], dtype=bool))
+        return self._hit_rows(np.array([v in wanted for v in self.values], dtype=bool))
 
     def where(self, predicate: Any) -> np.ndarray:
         """Rows whose text satisfies ``predicate`` (called once per distinct value)."""
-        return self._rows_of(np.array([bool(predicate(v)) for v in self.values], dtype=bool))
+        return self._hit_rows(np.array([bool(predicate(v)) for v in self.values], dtype=bool))
 
-    def _rows_of(self, hit: np.ndarray) -> np.ndarray:
+    def _hit_rows(self, hit: np.ndarray) -> np.ndarray:
         """``hit[codes]``, whether each row's value is a hit: the rows' codes compared with the few hit codes
         (a code −k is value n − k, as indexing reads it), else gathered. A compare of narrow codes is
         vectorised; a gather is a lookup per row: 2 ms against 19 ms for 10M int8 codes and one hit value."""

@@ -41,7 +41,7 @@ class Replay:
         self.end = ops.end  # sources may lie before the step: looked up one at a time
         mine = slice(first, stop)
         start, end = ops.start[mine], ops.end[mine]
-        self.start_s, self.tid_s, self.cause_s = start.tolist(), ops.tid[mine].tolist(), ops.cause[mine]
+        self.tid_s, self.cause_s = ops.tid[mine].tolist(), ops.cause[mine]
         self.dur = (end - start).tolist()
         launch = ops.launch[mine]
         self.launch = launch.tolist()
@@ -50,7 +50,7 @@ class Replay:
         ready = edges.ready if len(edges.ready) else np.zeros(1, dtype=np.int64)  # no edge at all: none binds
         binding = np.where(bind >= 0, ready[np.maximum(bind, 0)], start)
         # the latency an op had after the launch or edge that bound it; one that did not bind has none known
-        self.launch_lat = np.where(launch == binding, start - launch, 0).tolist()
+        launch_lat = np.where(launch == binding, start - launch, 0)
         outside = np.unique(np.concatenate([s[(s >= 0) & ((s < first) | (s >= stop))] for s in (stream, event, wait)]))
         # ends in the replay: the step's ops (moved as they are replayed), then the outside sources (never moved)
         self.ends0 = np.concatenate([end, ops.end[outside]]).tolist()
@@ -64,14 +64,12 @@ class Replay:
             src_end = ops.end[np.maximum(src, 0)] if len(ops.end) else np.zeros(src.size, dtype=np.int64)
             return np.where((src >= 0) & (src_end == binding), start - src_end, 0)
 
-        self.stream_slot, self.stream_lat = slot(stream).tolist(), lat(stream).tolist()
-        self.event_slot, self.event_lat = slot(event).tolist(), lat(event).tolist()
-        self.wait_slot = slot(wait).tolist()
-        self.free = ((launch < 0) & (stream < 0) & (event < 0)).tolist()  # starts where it started
+        self.event_slot = slot(event).tolist()  # a replay may cut event edges: kept apart from the rest
+        free = (launch < 0) & (stream < 0) & (event < 0)  # starts where it started
         # what every replay reads of an op and no cause changes, one tuple per op: the loop walks four
         # sequences instead of twelve
-        self.rows = list(zip(self.start_s, self.free, self.launch, self.tid_s, self.launch_lat, self.stream_slot,
-                             self.stream_lat, self.event_lat, self.wait_slot))
+        self.rows = list(zip(start.tolist(), free.tolist(), self.launch, self.tid_s, launch_lat.tolist(),
+                             slot(stream).tolist(), lat(stream).tolist(), lat(event).tolist(), slot(wait).tolist()))
         self.syncs = {tid: [(int(a), int(b)) for a, b in zip(*calls) if lo <= b <= hi]
                       for tid, calls in walker.blocking.items()}
         self.last_op = first + int(np.argmax(np.minimum(end, hi))) if stop > first else -1

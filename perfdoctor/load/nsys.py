@@ -704,7 +704,7 @@ def _nvtx(db: SqliteExport, strings: StringIds, detail: bool = True) -> tuple[Ta
 
 def _nan_as_none(text: np.ndarray) -> np.ndarray:
     """Checked text (:func:`_check_text`: text, None, or the Arrow reader's NaN for a NULL) with None for
-    every NULL: the NaNs are the values unequal to themselves, found in one comparison in C."""
+    every NULL, in place: the NaNs are the values unequal to themselves, found in one comparison in C."""
     nan = np.not_equal(text, text)
     if nan.any():
         text[nan] = None
