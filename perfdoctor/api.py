@@ -415,7 +415,7 @@ def measure_windows(tl: Timeline, kcls: Table, groups: GroupLabels, steps: Steps
     parts: list[tuple[dict[str, np.ndarray], dict[str, list[float]]]] = []
     out = Measured((0, 0, 0), {})
     for win in windows(tl, steps):
-        if win.kernels.size == len(tl.kernels):  # one window: the timeline's own arrays
+        if win.tl is tl:  # one window: the timeline's own arrays
             w_kcls, w_groups, w_unfused = kcls, groups, unfused
         else:
             w_kcls = kcls.take(win.kernels)

@@ -123,11 +123,23 @@ def test_windows_cut_the_steps_and_own_the_time_once():
     assert owns[0][0] == -windows.NEVER and owns[-1][1] == windows.NEVER
     assert all(a[1] == b[0] for a, b in zip(owns, owns[1:]))  # the owned times touch, never overlap
     start, end = tl.kernels.col("start"), tl.kernels.col("end")
+    runs = 0
     for w in cut:  # every kernel reaching into the window's steps is among its rows
         lo, hi = int(w.steps.starts[0]), int(w.steps.ends.max())
-        assert set(np.flatnonzero((end > lo) & (start < hi))) <= set(w.kernels.tolist())
+        assert set(np.flatnonzero((end > lo) & (start < hi))) <= set(np.arange(len(start))[w.kernels].tolist())
         assert np.array_equal(w.tl.kernels.col("start"), start[w.kernels])
+        # rows that are one run are a slice: the window's columns are views of the timeline's, not copies
+        runs += isinstance(w.kernels, slice)
+        assert isinstance(w.kernels, slice) == np.shares_memory(w.tl.kernels.col("start"), start)
+    assert runs  # no kernel crosses some of the cuts
     assert len(list(windows.windows(tl, steps))) == 1  # by default: one window, the timeline itself
+
+
+def test_rows_that_are_one_run_are_a_slice():
+    assert windows._run(np.array([4, 5, 6, 7])) == slice(4, 8)
+    for rows in ([4, 6, 7], [], [3, 4, 6]):
+        assert isinstance(windows._run(np.array(rows, dtype=np.int64)), np.ndarray)
+    assert windows._positions(slice(2, 5)).tolist() == [2, 3, 4]
 
 
 @pytest.mark.parametrize("part", ["still_open", "first_after", "launch_calls", "next_start"])

@@ -51,7 +51,7 @@ class Window:
     tl: Timeline
     steps: Steps  # its steps
     first: int  # the index of its first step among the device's
-    kernels: np.ndarray  # its kernels' rows in the device's kernels table (for per-kernel arrays)
+    kernels: np.ndarray | slice  # its kernels' rows in the device's kernels table (for per-kernel arrays)
     owns: tuple[int, int]  # the time it accounts for in whole-device measures
     next_start: int  # the start of the step after its last (its last end for the device's last window)
 
@@ -75,8 +75,7 @@ def windows(tl: Timeline, steps: Steps, size: int | None = None) -> Iterator[Win
     runs = window_steps(tl.kernels.col("start"), steps, WINDOW_KERNELS if size is None else size)
     n = len(steps)
     if len(runs) == 1:
-        yield Window(tl, steps, 0, np.arange(len(tl.kernels)), (-NEVER, NEVER),
-                     int(steps.ends[-1]) if n else NEVER)
+        yield Window(tl, steps, 0, slice(0, len(tl.kernels)), (-NEVER, NEVER), int(steps.ends[-1]) if n else NEVER)
         return
     open_rows: dict[str, np.ndarray] = {}
     starts = {name: _Starts(getattr(tl, name)) for name in ("kernels", "memcpy", "memset", "api")}
@@ -84,15 +83,14 @@ def windows(tl: Timeline, steps: Steps, size: int | None = None) -> Iterator[Win
         lo = -NEVER if i == 0 else int(steps.starts[a])
         upto = NEVER if b == n else int(steps.starts[b])
         hi = max(upto, int(steps.ends[a:b].max()))
-        rows = {name: _rows(getattr(tl, name), starts[name], lo, hi, open_rows.get(name))
+        rows = {name: _run(_rows(getattr(tl, name), starts[name], lo, hi, open_rows.get(name)))
                 for name in ("kernels", "memcpy", "memset")}
         for name, r in rows.items():  # the rows still running at the next window's start
-            t = getattr(tl, name)
-            open_rows[name] = r[(t.col("end")[r] > upto) & (t.col("start")[r] < upto)] if len(t) else r
-        calls = _rows(tl.api, starts["api"], lo, hi, open_rows.get("api"), after=False)
-        open_rows["api"] = calls[(tl.api.col("end")[calls] > upto) & (tl.api.col("start")[calls] < upto)]
-        calls = _joined(calls, *(rows_of(tl.api, getattr(tl, name).col("correlation_id")[r])
-                                 for name, r in rows.items()))
+            open_rows[name] = _running_at(getattr(tl, name), r, upto)
+        calls = _run(_rows(tl.api, starts["api"], lo, hi, open_rows.get("api"), after=False))
+        open_rows["api"] = _running_at(tl.api, calls, upto)
+        calls = _run(_joined(_positions(calls), *(rows_of(tl.api, getattr(tl, name).col("correlation_id")[r])
+                                                  for name, r in rows.items())))
         sub = dataclasses.replace(tl, api=tl.api.take(calls),
                                   **{name: getattr(tl, name).take(r) for name, r in rows.items()})
         window_of = Steps(steps.starts[a:b], steps.ends[a:b], steps.source, steps.label, steps.excluded)
@@ -127,6 +125,26 @@ def _rows(table: Table, starts: _Starts, lo: int, hi: int, still_open: np.ndarra
         parts.append(starts.rows(b, b + 1))
     rows = np.concatenate(parts).astype(np.int64)
     return rows if starts.order is None else np.unique(rows)
+
+
+def _run(rows: np.ndarray) -> np.ndarray | slice:
+    """Sorted, distinct ``rows`` as the slice they span when they are one run (a window's usually are:
+    no op crosses its start): a slice of a column is a view of it, not a gather."""
+    if rows.size and int(rows[-1]) - int(rows[0]) + 1 == rows.size:
+        return slice(int(rows[0]), int(rows[-1]) + 1)
+    return rows
+
+
+def _positions(rows: np.ndarray | slice) -> np.ndarray:
+    return np.arange(rows.start, rows.stop) if isinstance(rows, slice) else rows
+
+
+def _running_at(table: Table, rows: np.ndarray | slice, t: int) -> np.ndarray:
+    """Those of ``rows`` still running at ``t`` (started before it, ending after it)."""
+    if not len(table):
+        return np.zeros(0, dtype=np.int64)
+    running = np.flatnonzero((table.col("end")[rows] > t) & (table.col("start")[rows] < t))
+    return running + rows.start if isinstance(rows, slice) else rows[running]
 
 
 def _joined(*parts: np.ndarray) -> np.ndarray:
