@@ -65,8 +65,9 @@ class GroupLabels:
     def confidence(self) -> np.ndarray:
         return decode(self.confidence_codes, CONFIDENCE)
 
-    @property
+    @cached_property
     def any_labelled(self) -> bool:
+        """Whether some kernel has a group (asked once per window of steps: a pass over every kernel)."""
         return bool((self.codes >= 0).any())
 
     def summary(self, kernels: Table) -> dict[str, dict[str, Any]]:
