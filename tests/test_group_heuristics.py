@@ -166,6 +166,9 @@ def test_compute_neighbours_by_slices(seed, size, monkeypatch):
     compute_pos = np.flatnonzero(seq >= 0)
     monkeypatch.setattr(gh, "SLICE", size)
     assert gh._computes_before(seq, position).tolist() == np.searchsorted(compute_pos, position).tolist()
-    for codes in [(gh.GEMM,), (gh.MOE,), (gh.GEMM, gh.ATTENTION)]:
+    kinds = {"gemm": (gh.GEMM,), "moe": (gh.MOE,), "layer": (gh.GEMM, gh.ATTENTION)}
+    got = gh._compute_index(seq, kinds)
+    assert list(got) == list(kinds)
+    for name, codes in kinds.items():
         want = np.flatnonzero(np.isin(seq[compute_pos], codes))
-        assert gh._compute_index(seq, codes).tolist() == want.tolist()
+        assert got[name].tolist() == want.tolist()

@@ -141,9 +141,9 @@ def _neighbours(kernels: Table, codes: np.ndarray, idx: np.ndarray) -> dict[str,
     nxt = _computes_before(seq, position)  # index (among the compute kernels) of the next compute kernel
     prv = nxt - 1
     out: dict[str, np.ndarray] = {}
-    for name, codes in (("gemm", (GEMM,)), ("attention", (ATTENTION,)), ("moe", (MOE,)),
-                        ("optimizer", (OPTIMIZER,)), ("layer", (GEMM, ATTENTION))):
-        at = _compute_index(seq, codes)
+    kinds = {"gemm": (GEMM,), "attention": (ATTENTION,), "moe": (MOE,), "optimizer": (OPTIMIZER,),
+             "layer": (GEMM, ATTENTION)}
+    for name, at in _compute_index(seq, kinds).items():
         out[f"{name}_next"] = _distance_next(at, nxt)
         out[f"{name}_prev"] = _distance_prev(at, prv)
     out["near_optimizer"] = (out["optimizer_next"] < out["layer_next"]) | (out["optimizer_prev"] < out["layer_prev"])
@@ -165,22 +165,24 @@ def _computes_before(seq: np.ndarray, position: np.ndarray) -> np.ndarray:
     return out
 
 
-def _compute_index(seq: np.ndarray, codes: tuple[int, ...]) -> np.ndarray:
-    """The index among the compute kernels (codes >= 0 in the launch-order ``seq``) of each kernel of one of
-    ``codes``, ascending; int32 while the kernels are fewer than 2**31, made a slice at a time (at 10M
-    kernels a few MB at once, not the 80 MB of every compute kernel's position)."""
+def _compute_index(seq: np.ndarray, kinds: dict[str, tuple[int, ...]]) -> dict[str, np.ndarray]:
+    """Per kind (a name and its codes): the index among the compute kernels (codes >= 0 in the launch-order
+    ``seq``) of each kernel of one of its codes, ascending; int32 while the kernels are fewer than 2**31, made a
+    slice at a time (at 10M kernels a few MB at once, not the 80 MB of every compute kernel's position), the
+    slice's count of compute kernels once for every kind."""
     dtype = np.int32 if seq.size < np.iinfo(np.int32).max else np.int64
-    out = []
+    out: dict[str, list[np.ndarray]] = {name: [] for name in kinds}
     base = 0
     for lo in range(0, seq.size, SLICE):
         part = seq[lo:lo + SLICE]
         rank = np.cumsum(part >= 0, dtype=dtype)  # compute kernels up to and including each
-        want = part == codes[0]
-        for code in codes[1:]:
-            want |= part == code
-        out.append(rank[want] + dtype(base - 1))
+        for name, codes in kinds.items():
+            want = part == codes[0]
+            for code in codes[1:]:
+                want |= part == code
+            out[name].append(rank[want] + dtype(base - 1))
         base += int(rank[-1])
-    return np.concatenate(out) if out else np.zeros(0, dtype=dtype)
+    return {name: np.concatenate(parts) if parts else np.zeros(0, dtype=dtype) for name, parts in out.items()}
 
 
 def _distance_next(at: np.ndarray, i: np.ndarray) -> np.ndarray:
