@@ -106,7 +106,7 @@ def _context() -> multiprocessing.context.BaseContext:
     main = getattr(sys.modules.get("__main__"), "__file__", None)
     if main is not None and not os.path.exists(main):  # `python -` (<stdin>): a server could not re-import it
         return multiprocessing.get_context("fork")
-    if threading.active_count() == 1 and "connectorx" not in sys.modules:
+    if threading.active_count() == 1 and "connectorx.connectorx" not in sys.modules:
         # No other Python thread can hold a lock, and the SQLite reader's native (Rust) thread pool, which
         # does not survive a fork, has not started: the CLI's case, whose workers do all the reading.
         return multiprocessing.get_context("fork")

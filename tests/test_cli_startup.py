@@ -38,7 +38,8 @@ def test_analyze_imports_only_what_its_output_needs():
     assert proc.stdout.strip().splitlines()[-1] == "[]"
 
 
-CLI_FRAMEWORKS = ("typer", "pydantic", "plotly", "jinja2", "rich.progress", "pandas", "pyarrow", "connectorx")
+CLI_FRAMEWORKS = ("typer", "pydantic", "plotly", "jinja2", "rich.progress", "pandas", "pyarrow", "connectorx",
+                  "connectorx.connectorx")
 
 
 def test_analyze_does_not_import_typer_pydantic_pandas_or_the_html_stack():

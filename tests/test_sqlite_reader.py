@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import sqlite3
+import subprocess
 import sys
 from pathlib import Path
 
@@ -119,3 +120,17 @@ def test_each_column_s_arrow_chunks_are_freed_before_the_next_is_copied(tmp_path
         db.close()
     assert len(table) == SMALL_TABLE_ROWS * 2 + 3 and len(seen) == len(COLUMNS) and len(seen[0]) >= 2
     assert still_held and not any(still_held)
+
+
+def test_connectorx_reader_is_loaded_without_its_package_and_the_package_takes_it_after():
+    """The reader is connectorx's compiled module on its own (its package's __init__ looks up its version
+    through importlib.metadata: 11 ms); a later import of the package uses that module, not a second one."""
+    code = ("import sys\n"
+            "from perfdoctor.load.sqlite_export import connectorx_read_sql\n"
+            "read_sql = connectorx_read_sql()\n"
+            "print(sorted(m for m in sys.modules if m.startswith('connectorx') or m == 'importlib.metadata'))\n"
+            "import connectorx\n"
+            "print(connectorx._read_sql is read_sql is connectorx_read_sql())\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines() == ["['connectorx.connectorx']", "True"]
