@@ -226,14 +226,14 @@ class _Walker:
         in the whole capture. The one op beyond that a walk takes (the op at or before the step's start) is
         ``link``'s."""
         n = len(ops)
-        b = np.maximum(edges.bind, 0)
+        b = np.maximum(edges.bind, 0).astype(np.intp)  # gathered by four times: converted once, not per gather
         has = (edges.bind >= 0) if n else np.zeros(0, dtype=bool)
         if n and not len(edges.ready):  # no op has an edge (no launch calls, one op per stream): one
             edges = replace(edges, src=np.full(1, NONE), kind=np.zeros(1, dtype=np.int8),  # to index, unbound
                             inferred=np.zeros(1, dtype=bool), ready=np.zeros(1, dtype=np.int64))
         ready = np.minimum(edges.ready[b], ops.start) if n else np.zeros(0, dtype=np.int64)
         link = has & (edges.kind[b] != LAUNCH) & (ops.start - ready <= START_LATENCY_NS) if n else has
-        self.link = np.where(link, edges.src[b], NONE) if n else np.zeros(0, dtype=np.int64)
+        self.link = np.where(link, edges.src[b], NONE).astype(np.intp) if n else np.zeros(0, dtype=np.int64)
         self.link_ready = ready
         self.link_inferred = (edges.inferred[b] & link) if n else np.zeros(0, dtype=bool)
         self.starts = ops.start
