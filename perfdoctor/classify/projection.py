@@ -59,7 +59,7 @@ def _rows_of(api: Table, want: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     if lookup is not None:
         table, base = lookup
         at = want - base  # the table's index of each id
-        inside = want.size and want.min() > 0 and at.min() > 0 and at.max() < table.size
+        inside = want.size and at.min() > 0 and at.max() < table.size  # (at > 0: want > base >= 0)
         looked = table[at if inside else np.where((want > 0) & (at > 0) & (at < table.size), at, 0)]
         hit = looked >= 0  # table[0] is -1: ids <= 0 and ids outside the table (sent to 0) never hit
         return (looked if hit.all() else looked[hit]), hit
