@@ -354,8 +354,10 @@ def _next_ops(ops: list[tuple[np.ndarray, np.ndarray]], t: np.ndarray) -> tuple[
     corr = np.full(t.size, -1, dtype=np.int64)
     for start, ids in ops:
         i = np.minimum(np.searchsorted(start, t, side="left"), start.size - 1)
-        earlier = (start[i] >= t) & (start[i] < first)
-        first[earlier], corr[earlier] = start[i][earlier], ids[i][earlier]
+        found = start[i]
+        earlier = (found >= t) & (found < first)
+        i = i[earlier]
+        first[earlier], corr[earlier] = found[earlier], ids[i]
     return first < np.iinfo(np.int64).max, corr
 
 
