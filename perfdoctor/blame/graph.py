@@ -195,28 +195,32 @@ def edges(ops: Ops, sync: Table | dict[int, np.ndarray]) -> Edges:
     n = len(ops)
     index = np.int32 if n < np.iinfo(np.int32).max else np.int64
     # Stream predecessors: ops grouped by stream in start order (a stable sort keeps start order within one).
-    by_stream = np.argsort(_small(ops.stream), kind="stable")
-    same = ops.stream[by_stream[1:]] == ops.stream[by_stream[:-1]]
+    stream = _small(ops.stream)
+    by_stream = np.argsort(stream, kind="stable")
+    grouped = stream[by_stream]
+    same = grouped[1:] == grouped[:-1]
     prev = np.full(n, NONE, dtype=index)
     prev[by_stream[1:][same]] = by_stream[:-1][same]
-    del by_stream, same
+    del by_stream, grouped, same
     # Event candidates: the op of another stream that ended last at or before this op's start (stepping over
-    # at most EVENT_LOOKS - 1 ops of its own stream: their end is the stream edge already).
-    by_end = np.argsort(ops.end, kind="stable").astype(index, copy=False)
-    j = _ended_by(ops.end[by_end], ops.start) - 1
-    end_stream = ops.stream[by_end]  # gathered once: the ops' starts are sorted, so j is too (near reads)
+    # at most EVENT_LOOKS - 1 ops of its own stream: their end is the stream edge already). The order's
+    # int64 positions index the gathers (numpy converts narrower ones before each); it is kept narrow.
+    order = np.argsort(ops.end, kind="stable")
+    j = _ended_by(ops.end[order], ops.start) - 1
+    end_stream = stream[order]  # gathered once: the ops' starts are sorted, so j is too (near reads)
+    by_end = order.astype(index, copy=False)
     other = np.full(n, NONE, dtype=index)
     for back in range(EVENT_LOOKS - 1, -1, -1):  # the nearest op of another stream wins: written last
         at = j - back
         hit = at >= 0
         np.maximum(at, 0, out=at)
-        hit &= end_stream[at] != ops.stream
-        other[hit] = by_end[at[hit]]
-    del j, at, hit, end_stream
+        hit &= end_stream[at] != stream
+        other[hit] = order[at[hit]]
+    del j, at, hit, end_stream, order
     lowest = np.iinfo(np.int64).min
     has_prev, has_other, has_launch = prev >= 0, other >= 0, ops.launch >= 0
-    s_ready = np.where(has_prev, ops.end[np.maximum(prev, 0)], lowest)
-    e_ready = np.where(has_other, ops.end[np.maximum(other, 0)], lowest)
+    s_ready = np.where(has_prev, ops.end[np.maximum(prev, 0).astype(np.intp)], lowest)
+    e_ready = np.where(has_other, ops.end[np.maximum(other, 0).astype(np.intp)], lowest)
     l_ready = np.where(has_launch, ops.launch, lowest)
     event = has_other & (ops.start - e_ready <= EVENT_EPS_NS) & (e_ready > s_ready) & (e_ready > l_ready)
     recorded = _recorded_waits(ops, prev, sync if isinstance(sync, dict) else stream_waits(sync))
