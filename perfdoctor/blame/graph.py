@@ -189,9 +189,10 @@ def _kernel_causes(kcls: Table, groups: GroupLabels) -> np.ndarray:
 
 def edges(ops: Ops, sync: Table | dict[int, np.ndarray]) -> Edges:
     """Every op's launch, stream and (inferred) event edges, and its binding edge. Op indices are int32 (a
-    timeline holds fewer than 2**31 ops); each temporary is dropped once used: at 10M ops the graph is the
-    rank's largest structure. ``sync``: the timeline's synchronization records, or their stream waits
-    (:func:`stream_waits`, for building many windows' graphs)."""
+    timeline holds fewer than 2**31 ops), but for the end order, int64 positions that gathers take as they
+    are; each temporary is dropped once used: at 10M ops the graph is the rank's largest structure.
+    ``sync``: the timeline's synchronization records, or their stream waits (:func:`stream_waits`, for
+    building many windows' graphs)."""
     n = len(ops)
     index = np.int32 if n < np.iinfo(np.int32).max else np.int64
     # Stream predecessors: ops grouped by stream in start order (a stable sort keeps start order within one).
@@ -203,20 +204,19 @@ def edges(ops: Ops, sync: Table | dict[int, np.ndarray]) -> Edges:
     prev[by_stream[1:][same]] = by_stream[:-1][same]
     del by_stream, grouped, same
     # Event candidates: the op of another stream that ended last at or before this op's start (stepping over
-    # at most EVENT_LOOKS - 1 ops of its own stream: their end is the stream edge already). The order's
-    # int64 positions index the gathers (numpy converts narrower ones before each); it is kept narrow.
-    order = np.argsort(ops.end, kind="stable")
-    j = _ended_by(ops.end[order], ops.start) - 1
-    end_stream = stream[order]  # gathered once: the ops' starts are sorted, so j is too (near reads)
-    by_end = order.astype(index, copy=False)
+    # at most EVENT_LOOKS - 1 ops of its own stream: their end is the stream edge already). The order is
+    # kept as int64 positions: they index gathers here and in the walk (numpy converts narrower ones first).
+    by_end = np.argsort(ops.end, kind="stable")
+    j = _ended_by(ops.end[by_end], ops.start) - 1
+    end_stream = stream[by_end]  # gathered once: the ops' starts are sorted, so j is too (near reads)
     other = np.full(n, NONE, dtype=index)
     for back in range(EVENT_LOOKS - 1, -1, -1):  # the nearest op of another stream wins: written last
         at = j - back
         hit = at >= 0
         np.maximum(at, 0, out=at)
         hit &= end_stream[at] != stream
-        other[hit] = order[at[hit]]
-    del j, at, hit, end_stream, order
+        other[hit] = by_end[at[hit]]
+    del j, at, hit, end_stream
     lowest = np.iinfo(np.int64).min
     has_prev, has_other, has_launch = prev >= 0, other >= 0, ops.launch >= 0
     s_ready = np.where(has_prev, ops.end[np.maximum(prev, 0).astype(np.intp)], lowest)
