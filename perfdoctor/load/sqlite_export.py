@@ -167,10 +167,10 @@ class SqliteExport:
             return
         from concurrent.futures import ThreadPoolExecutor
 
-        read_sql = connectorx_read_sql()  # loaded here, once, not by two slice threads at the same time
+        connectorx_read_sql()  # loaded here, once, not by two slice threads at the same time
         ahead = max(1, cores.PER_TASK)
         with ThreadPoolExecutor(max_workers=ahead, thread_name_prefix="perfdoctor-read") as pool:
-            pending = [pool.submit(self._arrow, q, read_sql) for q in work[:ahead]]
+            pending = [pool.submit(self._arrow, q) for q in work[:ahead]]
             queued = len(pending)
             try:
                 for index, table, columns, present, queries in plans:
@@ -182,7 +182,7 @@ class SqliteExport:
                     for _ in queries:
                         _, batches = pending.pop(0).result()
                         if queued < len(work):
-                            pending.append(pool.submit(self._arrow, work[queued], read_sql))
+                            pending.append(pool.submit(self._arrow, work[queued]))
                             queued += 1
                         try:
                             part = arrow_c.columns(batches, list(present))
@@ -243,18 +243,18 @@ class SqliteExport:
     def _read_arrow(self, sql: str, names: list[str], rowids: tuple[int, int]) -> dict[str, np.ndarray]:
         """A large table through connectorx, in up to ``cores.PER_TASK`` rowid slices read at once
         (connectorx's own partitioning returns the slices out of order), joined in file order."""
-        read_sql = connectorx_read_sql()  # loaded here, once, not by two slice threads at the same time
+        connectorx_read_sql()  # loaded here, once, not by two slice threads at the same time
         low, high = rowids
         parts = max(1, min(cores.PER_TASK, (high - low + 1) // SMALL_TABLE_ROWS)) if high > low else 1
         if parts == 1:
-            results = [self._arrow(sql, read_sql)]
+            results = [self._arrow(sql)]
         else:
             from concurrent.futures import ThreadPoolExecutor
 
             bounds = [low + (high - low + 1) * i // parts for i in range(parts + 1)]
             slices = _rowid_slices(sql, bounds)
             with ThreadPoolExecutor(max_workers=parts, thread_name_prefix="perfdoctor-read") as pool:
-                futures = [pool.submit(self._arrow, one, read_sql) for one in slices]
+                futures = [pool.submit(self._arrow, one) for one in slices]
             failed = [f.exception() for f in futures if f.exception() is not None]
             if failed:  # the slices that were read are released before the error is raised
                 arrow_c.release(batch for f in futures if f.exception() is None for batch in f.result()[1])
@@ -265,12 +265,13 @@ class SqliteExport:
         except ValueError as exc:
             raise InputError(f"{self.path}: {exc}") from None
 
-    def _arrow(self, sql: str, read_sql: Callable[..., Any]) -> tuple[list[str], list[list[tuple[int, int]]]]:
-        """One query through connectorx's reader ``read_sql`` (:func:`connectorx_read_sql`), its result as
-        Arrow C data interface pointers: the column names and, per record batch, one (array, schema) address
-        pair per column. This is what ``connectorx.read_sql(..., return_type="arrow")`` gets before it imports
-        pyarrow to wrap them: the same call in connectorx 0.3.3 to 0.4.6 (pyproject allows those;
+    def _arrow(self, sql: str) -> tuple[list[str], list[list[tuple[int, int]]]]:
+        """One query through connectorx's reader (:func:`connectorx_read_sql`), its result as Arrow C data
+        interface pointers: the column names and, per record batch, one (array, schema) address pair per
+        column. This is what ``connectorx.read_sql(..., return_type="arrow")`` gets before it imports pyarrow
+        to wrap them: the same call in connectorx 0.3.3 to 0.4.6 (pyproject allows those;
         tests/test_sqlite_reader.py checks every value against sqlite3)."""
+        read_sql = connectorx_read_sql()
         # connectorx decodes the URL once and hands the rest to SQLite, which opens a file: URI as one
         url = "sqlite://" + urllib.parse.quote(read_only_uri(self.path), safe="")
         try:
