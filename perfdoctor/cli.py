@@ -149,9 +149,13 @@ def analyze(paths: tuple[Path, ...], output_format: str, output: Path | None, tp
             rules: tuple[Path, ...], config_file: Path | None, allow_mixed: bool, device_memory: float | None,
             jobs: int | None, dask: str | None, sample: int | None) -> None:
     """Measure where each GPU's time goes and print the breakdown."""
+    from perfdoctor.cores import one_blas_thread
+
     if _whole_process:  # imports make objects that live as long as the process: nothing for the collector
         gc.disable()
-    from perfdoctor import api
+        _read_ahead(paths, jobs, dask, sample)
+    with one_blas_thread():
+        from perfdoctor import api
     from perfdoctor.heap import keep_freed_memory
     from perfdoctor.invocation import analysis_config
     from perfdoctor.render.progress import analysis_progress
@@ -194,6 +198,19 @@ def analyze(paths: tuple[Path, ...], output_format: str, output: Path | None, tp
             sys.stderr.write(f"perfdoctor: {len(failing)} finding(s) at or above --fail-on {fail_on}: "
                              f"{', '.join(failing)}\n")
             raise click.exceptions.Exit(1)
+
+
+def _read_ahead(paths: tuple[Path, ...], jobs: int | None, dask: str | None, sample: int | None) -> None:
+    """Start reading a lone export's first slices while the pipeline is imported (perfdoctor.load.read_ahead):
+    one file, analysed in this process with ``--jobs`` cores (as perfdoctor.execute runs a single task)."""
+    if len(paths) != 1 or dask is not None or sample is not None or not paths[0].is_file():
+        return
+    from perfdoctor.execute import default_jobs
+    from perfdoctor.heap import tune_malloc
+    from perfdoctor.load import read_ahead
+
+    tune_malloc()  # before the reading threads' first allocation: they share the one arena
+    read_ahead.start(paths[0], jobs or default_jobs())
 
 
 @app.command("rules")

@@ -91,3 +91,25 @@ def sized_for(table_bytes: int, in_memory: int | None = None) -> Iterator[None]:
         yield
     finally:
         _side_by_side = before
+
+
+@contextmanager
+def one_blas_thread() -> Iterator[None]:
+    """numpy, when imported inside the block, with one BLAS thread. OpenBLAS (numpy's wheels) starts a thread
+    per core as it loads, and each spins about 0.1 s waiting for work that an analysis never gives it (no
+    measurement multiplies matrices): measured on 2 cores, `perfdoctor analyze` of a 1M-kernel export spent
+    0.11 s less CPU with one thread, and that spin held the core the first slices are read on while the
+    command imports (perfdoctor.load.read_ahead). OpenBLAS reads ``OPENBLAS_NUM_THREADS`` once, as it loads:
+    the variable is set for the import only, so the processes the command starts inherit the environment
+    as it was. A user's own setting, or a numpy already imported, is left alone."""
+    import os
+    import sys
+
+    if "numpy" in sys.modules or "OPENBLAS_NUM_THREADS" in os.environ:
+        yield
+        return
+    os.environ["OPENBLAS_NUM_THREADS"] = "1"
+    try:
+        yield
+    finally:
+        os.environ.pop("OPENBLAS_NUM_THREADS", None)

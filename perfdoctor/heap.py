@@ -47,6 +47,15 @@ def keep_freed_memory() -> bool:
     global _managed
     _managed = True
     _huge_page_advice(False)
+    return tune_malloc()
+
+
+def tune_malloc() -> bool:
+    """glibc's part of :func:`keep_freed_memory`, without importing numpy: for a command that starts threads
+    before numpy is imported (:mod:`perfdoctor.load.read_ahead`), whose first allocation would otherwise
+    give each its own arena. Whether it took."""
+    if not sys.platform.startswith("linux"):
+        return False
     import ctypes
 
     try:

@@ -131,7 +131,7 @@ class Timeline(_Identity):
 
     Detail columns: kernels grid_x…block_z, api event_class and nvtx range_id category int_value
     double_value are read only when asked for (``load_export(path, detail=True)``, the default);
-    ``api.analyze`` loads with ``detail=False`` because no measurement reads them (load.nsys.DETAIL_COLUMNS).
+    ``api.analyze`` loads with ``detail=False`` because no measurement reads them (load.nsys_columns.DETAIL_COLUMNS).
     A loader of another input format (Kineto, …) fills the other columns and may leave these out.
 
     Columns are held at the width their values need (nsys: stream and correlation_id int32, launch_type

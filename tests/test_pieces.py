@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from perfdoctor import api, mapped
-from perfdoctor.load import pieces, sqlite_export
+from perfdoctor.load import pieces, sqlite_export, sqlite_file
 from perfdoctor.load.nsys import load_export
 from perfdoctor.load.pieces import Pieces, _by_process
 from perfdoctor.render.json import report_dict
@@ -24,8 +24,8 @@ TABLES = ("kernels", "memcpy", "memset", "sync", "api", "nvtx")
 @pytest.fixture
 def small_slices(monkeypatch: pytest.MonkeyPatch) -> None:
     """Every table read through connectorx in slices of 300 rows, and every process's rows spilled."""
-    monkeypatch.setattr(sqlite_export, "SMALL_TABLE_ROWS", 100)
-    monkeypatch.setattr(sqlite_export, "SLICE_ROWS", 300)
+    monkeypatch.setattr(sqlite_file, "SMALL_TABLE_ROWS", 100)
+    monkeypatch.setattr(sqlite_file, "SLICE_ROWS", 300)
     monkeypatch.setattr(pieces, "SPILL_ABOVE", 0)
 
 
@@ -56,7 +56,7 @@ def test_timelines_read_in_spilled_slices_equal_those_read_whole(path, monkeypat
 def test_report_of_a_file_read_in_pieces_is_the_same(path, small_slices):
     pieced = json.dumps(report_dict(api.analyze([path], timeline_excerpts=False)), sort_keys=True)
     pieces.SPILL_ABOVE = 1 << 40  # the fixture's monkeypatch restores it
-    sqlite_export.SMALL_TABLE_ROWS = 1 << 40
+    sqlite_file.SMALL_TABLE_ROWS = 1 << 40
     whole = json.dumps(report_dict(api.analyze([path], timeline_excerpts=False)), sort_keys=True)
     assert pieced == whole
 
@@ -135,7 +135,7 @@ def test_rows_of_several_processes_keep_file_order_across_memory_and_disk():
 
 
 def test_read_slices_gives_the_table_in_file_order(monkeypatch):
-    monkeypatch.setattr(sqlite_export, "SMALL_TABLE_ROWS", 100)
+    monkeypatch.setattr(sqlite_file, "SMALL_TABLE_ROWS", 100)
     db = sqlite_export.SqliteExport(REAL_H100)
     try:
         whole = db.read("CUPTI_ACTIVITY_KIND_KERNEL", {"start": "start", "corr": "correlationId",
@@ -191,7 +191,7 @@ def test_read_many_gives_each_table_in_file_order_with_slices_read_across_tables
     slices, in order, are its whole read; a small table (read directly) and a missing one keep their place."""
     from perfdoctor import cores
 
-    monkeypatch.setattr(sqlite_export, "SMALL_TABLE_ROWS", 400)
+    monkeypatch.setattr(sqlite_file, "SMALL_TABLE_ROWS", 400)
     monkeypatch.setattr(cores, "PER_TASK", 3)
     requests = [("CUPTI_ACTIVITY_KIND_KERNEL", {"start": "start", "corr": "correlationId", "missing": "NULL"}),
                 ("CUPTI_ACTIVITY_KIND_MEMSET", {"start": "start", "end": "end"}),

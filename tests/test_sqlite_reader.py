@@ -15,7 +15,8 @@ import pytest
 
 from perfdoctor import cores
 from perfdoctor.errors import InputError
-from perfdoctor.load.sqlite_export import SMALL_TABLE_ROWS, SqliteExport
+from perfdoctor.load.sqlite_export import SqliteExport
+from perfdoctor.load.sqlite_file import SMALL_TABLE_ROWS
 
 COLUMNS = {"start": "start", "dur": "dur", "tid": "tid", "ratio": "ratio", "label": "label", "blob": "blob"}
 
@@ -126,7 +127,7 @@ def test_connectorx_reader_is_loaded_without_its_package_and_the_package_takes_i
     """The reader is connectorx's compiled module on its own (its package's __init__ looks up its version
     through importlib.metadata: 11 ms); a later import of the package uses that module, not a second one."""
     code = ("import sys\n"
-            "from perfdoctor.load.sqlite_export import connectorx_read_sql\n"
+            "from perfdoctor.load.sqlite_file import connectorx_read_sql\n"
             "read_sql = connectorx_read_sql()\n"
             "print(sorted(m for m in sys.modules if m.startswith('connectorx') or m == 'importlib.metadata'))\n"
             "import connectorx\n"

@@ -23,6 +23,16 @@ from perfdoctor.errors import InputError, shown
 from perfdoctor.heap import huge_pages_for
 from perfdoctor.load.graph_trace import read_replays, with_replays
 from perfdoctor.load.nccl_payload import read_payloads
+from perfdoctor.load.nsys_columns import (
+    CUDA_TABLES,
+    DETAIL_COLUMNS,
+    DEVICE_COLUMNS,
+    SYNC_TABLE,
+    api_columns,
+    kernel_columns,
+    routed_tables,
+    selected,
+)
 from perfdoctor.load.pieces import Pieces
 from perfdoctor.load.sqlite_export import SqliteExport
 from perfdoctor.mapped import taken
@@ -51,12 +61,6 @@ TID_BITS = 24
 PID_MASK = ~((1 << TID_BITS) - 1)  # globalTid → globalPid
 ID_MASK = (1 << TID_BITS) - 1  # the 24-bit pid or tid field
 
-KERNEL_TABLE = "CUPTI_ACTIVITY_KIND_KERNEL"
-RUNTIME_TABLE = "CUPTI_ACTIVITY_KIND_RUNTIME"
-MEMCPY_TABLE = "CUPTI_ACTIVITY_KIND_MEMCPY"
-MEMSET_TABLE = "CUPTI_ACTIVITY_KIND_MEMSET"
-SYNC_TABLE = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"
-CUDA_TABLES = (KERNEL_TABLE, RUNTIME_TABLE, MEMCPY_TABLE, MEMSET_TABLE)
 
 NAME_COLUMNS = ("short_name", "demangled_name", "name")  # dictionary-encoded text (table.Strings)
 # String ids up to this span (per row, plus a constant) are mapped through a lookup table sized by the
@@ -95,16 +99,6 @@ def _values_of(table: str) -> Iterator[None]:
 def pid_of(global_id: int) -> int:
     """The OS process id inside a globalTid/globalPid (bits 24-47)."""
     return (int(global_id) >> TID_BITS) & ID_MASK
-
-
-# Columns no analysis reads (launch geometry, the CUDA call's event class, NVTX range ids, categories and
-# scalar payloads): read only with ``detail`` (the default, for API users and the loader tests), skipped by
-# `perfdoctor analyze`, which saves about a third of the SQLite reading on kernel-heavy traces.
-DETAIL_COLUMNS = {
-    "kernels": ("grid_x", "grid_y", "grid_z", "block_x", "block_y", "block_z"),
-    "api": ("event_class",),
-    "nvtx": ("range_id", "category", "int_value", "double_value"),
-}
 
 
 def load_export(path: str | Path, *, detail: bool = True, lazy: bool = False) -> tuple[TraceInfo, list[Timeline]]:
@@ -265,10 +259,7 @@ def read_timelines(db: SqliteExport, info: TraceInfo, *, detail: bool = True) ->
     with _values_of("StringIds"):
         strings = _strings(db)
     pieces = Pieces()
-    big = {"kernels": (KERNEL_TABLE, _kernel_columns(detail), "global_pid"),
-           "memcpy": (MEMCPY_TABLE, {**DEVICE_COLUMNS, "bytes": "bytes", "copy_kind": "copyKind"}, "global_pid"),
-           "memset": (MEMSET_TABLE, {**DEVICE_COLUMNS, "bytes": "bytes"}, "global_pid"),
-           "api": (RUNTIME_TABLE, _api_columns(detail), "tid")}
+    big = routed_tables(detail)
     _route(db, pieces, [(name, table, wanted, key) for name, (table, wanted, key) in big.items()])
     replays = read_replays(db, info.warnings)  # graph-mode CUDA graphs as kernel rows
     with _values_of(SYNC_TABLE):
@@ -331,7 +322,7 @@ def _route(db: SqliteExport, pieces: Pieces, specs: list[tuple[str, str, dict[st
     its thread's globalTid)."""
     for name, table, _, _ in specs:
         pieces.expect(name, db.rows_at_most(table))
-    for i, raw in db.read_many([(table, _select(db, table, wanted)) for _, table, wanted, _ in specs]):
+    for i, raw in db.read_many([(table, selected(db, table, wanted)) for _, table, wanted, _ in specs]):
         name, table, wanted, key = specs[i]
         narrow = ROUTED_NARROW.get(name, ())
         with _values_of(table):
@@ -556,20 +547,7 @@ def _integers(raw: Table, columns: list[str]) -> Table:
     return Table({c: _int(raw, c) for c in columns}, rows=len(raw))
 
 
-def _select(db: SqliteExport, table: str, wanted: dict[str, str]) -> dict[str, str]:
-    """Keep the requested columns that exist in this schema version (others become NULL); an event
-    table without its start or end times cannot be read at all."""
-    cols = db.columns(table)
-    for required in ("start", "end"):
-        if cols and wanted.get(required) and wanted[required] not in cols:
-            raise InputError(f"{db.path}: table {table} has no {wanted[required]!r} column: not an nsys export "
-                             "perfdoctor can read")
-    return {out: (src if src in cols else "NULL") for out, src in wanted.items()}
-
-
-# Our name -> the export's, of the columns every device table (memcpy, memset, sync) has, and of NVTX_EVENTS.
-DEVICE_COLUMNS = {"start": "start", "end": "end", "device_id": "deviceId", "stream": "streamId",
-                  "correlation_id": "correlationId", "global_pid": "globalPid"}
+# Our name -> the export's, of the columns of NVTX_EVENTS.
 NVTX_COLUMNS = {"start": "start", "end": "end", "event_type": "eventType", "tid": "globalTid",
                 "end_tid": "endGlobalTid", "domain_id": "domainId", "text": "text", "text_id": "textId",
                 "range_id": "rangeId", "category": "category", "int64": "int64Value", "uint64": "uint64Value",
@@ -579,24 +557,9 @@ NVTX_COLUMNS = {"start": "start", "end": "end", "event_type": "eventType", "tid"
 
 def _export_column(name: str) -> str:
     """The export's name of a column the readers renamed (for messages about its values)."""
-    names = {**DEVICE_COLUMNS, "copy_kind": "copyKind", "sync_type": "syncType", **_kernel_columns(True),
-             **_api_columns(True), **NVTX_COLUMNS}
+    names = {**DEVICE_COLUMNS, "copy_kind": "copyKind", "sync_type": "syncType", **kernel_columns(True),
+             **api_columns(True), **NVTX_COLUMNS}
     return names.get(name, name)
-
-
-def _kernel_columns(detail: bool) -> dict[str, str]:
-    return _without_detail({
-        "start": "start", "end": "end", "device_id": "deviceId", "stream": "streamId",
-        "correlation_id": "correlationId", "global_pid": "globalPid", "short_id": "shortName",
-        "demangled_id": "demangledName", "launch_type": "launchType",
-        "grid_x": "gridX", "grid_y": "gridY", "grid_z": "gridZ",
-        "block_x": "blockX", "block_y": "blockY", "block_z": "blockZ",
-    }, "kernels", detail)
-
-
-def _api_columns(detail: bool) -> dict[str, str]:
-    return _without_detail({"start": "start", "end": "end", "tid": "globalTid", "correlation_id": "correlationId",
-                            "name_id": "nameId", "event_class": "eventClass"}, "api", detail)
 
 
 def _with_process(rows: Table, gpid: int | None, columns: list[str]) -> Table:
@@ -607,7 +570,7 @@ def _with_process(rows: Table, gpid: int | None, columns: list[str]) -> Table:
 
 
 def _no_kernels(detail: bool) -> Table:
-    wanted = _kernel_columns(detail)
+    wanted = kernel_columns(detail)
     return _empty([c for c in wanted if not c.endswith("_id") or c in ("device_id", "correlation_id")]
                   + ["short_name", "demangled_name"])
 
@@ -633,7 +596,7 @@ def _no_memset(detail: bool) -> Table:
 
 def _device_table(db: SqliteExport, table: str, extra: dict[str, str]) -> Table:
     wanted = {**DEVICE_COLUMNS, **extra}
-    raw = db.read(table, _select(db, table, wanted))
+    raw = db.read(table, selected(db, table, wanted))
     if not len(raw):
         return _empty(list(wanted))
     return _integers(raw, list(wanted))
@@ -649,10 +612,6 @@ def _api_calls(rows: Table, strings: StringIds) -> Table:
     out["correlation_id"] = _narrow(out["correlation_id"])
     out["name"] = _names(rows["name_id"], strings, clean=_API_VERSION_SUFFIX)
     return out
-
-
-def _without_detail(wanted: dict[str, str], table: str, detail: bool) -> dict[str, str]:
-    return wanted if detail else {k: v for k, v in wanted.items() if k not in DETAIL_COLUMNS[table]}
 
 
 def _nvtx(db: SqliteExport, strings: StringIds, detail: bool = True) -> tuple[Table, dict[int, str]]:
@@ -671,7 +630,7 @@ def _nvtx(db: SqliteExport, strings: StringIds, detail: bool = True) -> tuple[Ta
     if not detail:  # the sources of DETAIL_COLUMNS["nvtx"]
         wanted = {k: v for k, v in wanted.items() if k not in ("range_id", "category", "int64", "uint64", "int32",
                                                                "uint32", "double_value", "float_value")}
-    raw = db.read(table, _select(db, table, wanted))
+    raw = db.read(table, selected(db, table, wanted))
     if not len(raw):
         return _empty(columns), {}
     event_type = _int(raw, "event_type")

@@ -31,7 +31,7 @@ def load_run(paths: list[Path], config: dict[str, Any] | None = None,
     holds values given by the user (they win over marks), each from ``config_sources[key]`` ("cli"
     unless said: "config-file" for --config). Inputs that are several captures are refused unless
     ``allow_mixed`` (perfdoctor.load.run_identity). ``detail=False``: without the columns no analysis
-    reads (load.nsys.DETAIL_COLUMNS)."""
+    reads (load.nsys_columns.DETAIL_COLUMNS)."""
     traces, timelines = [], []
     exports = discover(paths)
     from perfdoctor.load.memsnap import load_snapshot  # the pickle reader: only when there are snapshots

@@ -148,9 +148,9 @@ def test_connectorx_reads_create_nothing_beside_the_export(tmp_path, monkeypatch
     it reads: connectorx opened the plain path read-write, and a WAL-mode file then got -wal and -shm for
     as long as it read. The URI survives a name with URL and URI punctuation."""
     from perfdoctor import cores
-    from perfdoctor.load import nsys, sqlite_export
+    from perfdoctor.load import nsys, sqlite_file
 
-    monkeypatch.setattr(sqlite_export, "SMALL_TABLE_ROWS", 10)
+    monkeypatch.setattr(sqlite_file, "SMALL_TABLE_ROWS", 10)
     monkeypatch.setattr(cores, "PER_TASK", 2)
     if journal == "odd name":
         tmp_path = tmp_path / "a b?c#d%20e&f=1 é"
@@ -167,7 +167,7 @@ def test_connectorx_reads_create_nothing_beside_the_export(tmp_path, monkeypatch
 
 def test_a_missing_export_is_not_created(tmp_path):
     """The read-only URI both readers open: a file that vanished is an error, never a new empty database."""
-    from perfdoctor.load.sqlite_export import read_only_uri
+    from perfdoctor.load.sqlite_file import read_only_uri
 
     with pytest.raises(sqlite3.OperationalError):
         sqlite3.connect(read_only_uri(tmp_path / "gone.sqlite"), uri=True).execute("SELECT 1 FROM sqlite_master")
