@@ -108,10 +108,10 @@ def test_each_column_s_arrow_chunks_are_freed_before_the_next_is_copied(tmp_path
     monkeypatch.setattr(cores, "PER_TASK", 2)
     join, seen, still_held = arrow_c._join, [], []
 
-    def watched(arrays, formats):
+    def watched(arrays, formats, narrow=None):
         still_held.extend(bool(a.release) for earlier in seen for a in earlier)
         seen.append(arrays)
-        return join(arrays, formats)
+        return join(arrays, formats, narrow)
 
     monkeypatch.setattr(arrow_c, "_join", watched)
     db = SqliteExport(path)
@@ -135,3 +135,27 @@ def test_connectorx_reader_is_loaded_without_its_package_and_the_package_takes_i
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == ["['connectorx.connectorx']", "True"]
+
+
+def test_slices_give_integer_columns_narrow_where_every_value_fits(tmp_path, monkeypatch) -> None:
+    """``narrow``: a column copied out of its Arrow chunks as int32 when its values fit and none is NULL (the
+    same values); one with a value beyond, or with NULLs, as it was read."""
+    path = tmp_path / "t.sqlite"
+    _make(path, SMALL_TABLE_ROWS * 2 + 3)
+    with sqlite3.connect(path) as conn:  # start fits; dur gets one value past int32 in the second slice
+        conn.execute("UPDATE events SET dur = ? WHERE rowid = ?", (2**31, SMALL_TABLE_ROWS * 2))
+    monkeypatch.setattr(cores, "PER_TASK", 2)
+    kinds = {"start": np.int32, "dur": np.int32, "tid": np.int32}
+    db = SqliteExport(path)
+    try:
+        parts = [part for _, part in db.read_many([("events", COLUMNS)], rows=SMALL_TABLE_ROWS + 2,
+                                                  narrow={"events": kinds})]
+    finally:
+        db.close()
+    with sqlite3.connect(path) as conn:
+        want = conn.execute("SELECT start, dur, tid FROM events").fetchall()
+    assert [str(p["start"].dtype) for p in parts] == ["int32", "int32"]
+    assert [str(p["dur"].dtype) for p in parts] == ["int32", "int64"]  # the value past int32 is in the second
+    assert [str(p["tid"].dtype) for p in parts] == ["float64", "float64"]  # NULLs (and values past int32)
+    for i, name in enumerate(("start", "dur", "tid")):
+        assert _same(np.concatenate([p[name] for p in parts]), [row[i] for row in want]), name

@@ -15,7 +15,7 @@ pyarrow's ``to_numpy`` gives them.
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 import numpy as np
 
@@ -51,10 +51,13 @@ NUMBERS = {b"c": np.int8, b"C": np.uint8, b"s": np.int16, b"S": np.uint16, b"i":
 VARIABLE = {b"u": np.int32, b"U": np.int64, b"z": np.int32, b"Z": np.int64}
 
 
-def columns(batches: Iterable[Iterable[tuple[int, int]]], names: list[str]) -> dict[str, np.ndarray]:
+def columns(batches: Iterable[Iterable[tuple[int, int]]], names: list[str],
+            narrow: Mapping[str, type[np.integer]] | None = None) -> dict[str, np.ndarray]:
     """The columns ``names`` of a result given as record batches, each one ``(ArrowArray address,
     ArrowSchema address)`` pair per column, in order. Every struct is released, also when a column's
-    type cannot be read (then ``ValueError`` naming it)."""
+    type cannot be read (then ``ValueError`` naming it). ``narrow``: integer columns to copy out as that
+    type where every value fits it and none is NULL (:func:`perfdoctor.width.fitted`, without the 64-bit
+    copy in between); any other stays as it is read."""
     batches = [list(batch) for batch in batches]
     try:
         out = {}
@@ -62,7 +65,7 @@ def columns(batches: Iterable[Iterable[tuple[int, int]]], names: list[str]) -> d
             arrays = [ArrowArray.from_address(batch[i][0]) for batch in batches]
             formats = [ArrowSchema.from_address(batch[i][1]).format for batch in batches]
             try:
-                out[name] = _join(arrays, formats)
+                out[name] = _join(arrays, formats, (narrow or {}).get(name))
             except ValueError as exc:
                 raise ValueError(f"column {name}: {exc}") from None
             # Each column of a batch is its own struct: freeing its chunks now, not after the last column,
@@ -84,7 +87,7 @@ def release(batches: Iterable[Iterable[tuple[int, int]]]) -> None:
                     struct.release(ctypes.byref(struct))
 
 
-def _join(arrays: list[ArrowArray], formats: list[bytes]) -> np.ndarray:
+def _join(arrays: list[ArrowArray], formats: list[bytes], narrow: type[np.integer] | None = None) -> np.ndarray:
     fmt = formats[0] if formats else b"l"
     if any(f != fmt for f in formats):
         raise ValueError(f"chunks of one column with different Arrow types: {sorted(set(formats))}")
@@ -92,7 +95,10 @@ def _join(arrays: list[ArrowArray], formats: list[bytes]) -> np.ndarray:
     nulls = sum(a.null_count for a in arrays) > 0
     if fmt in NUMBERS or fmt == b"b":
         dtype = np.dtype(NUMBERS.get(fmt, np.bool_))
-        out = np.empty(total, dtype=np.float64 if nulls else dtype)
+        kind = dtype
+        if narrow is not None and not nulls and dtype.kind in "iu" and _fits(arrays, dtype, np.iinfo(narrow)):
+            kind = np.dtype(narrow)  # each chunk cast as it is copied
+        out = np.empty(total, dtype=np.float64 if nulls else kind)
         at = 0
         for a in arrays:
             out[at:at + a.length] = _values(a, dtype)
@@ -109,6 +115,12 @@ def _join(arrays: list[ArrowArray], formats: list[bytes]) -> np.ndarray:
         out[:] = values
         return out
     raise ValueError(f"Arrow type {fmt.decode(errors='replace')!r} is not read")
+
+
+def _fits(arrays: list[ArrowArray], dtype: np.dtype, info: np.iinfo) -> bool:
+    """Whether every value of the integer chunks lies within ``info``'s range."""
+    chunks = [v for v in (_values(a, dtype) for a in arrays) if v.size]
+    return all(info.min <= int(v.min()) and int(v.max()) <= info.max for v in chunks)
 
 
 def _buffer(a: ArrowArray, i: int, dtype: np.dtype, count: int) -> np.ndarray:

@@ -322,15 +322,18 @@ def _route(db: SqliteExport, pieces: Pieces, specs: list[tuple[str, str, dict[st
     its thread's globalTid)."""
     for name, table, _, _ in specs:
         pieces.expect(name, db.rows_at_most(table))
-    for i, raw in db.read_many([(table, selected(db, table, wanted)) for _, table, wanted, _ in specs]):
+    narrow = {table: ROUTED_NARROW.get(name, {}) for name, table, _, _ in specs}
+    for i, raw in db.read_many([(table, selected(db, table, wanted)) for _, table, wanted, _ in specs],
+                               narrow=narrow):
         name, table, wanted, key = specs[i]
-        narrow = ROUTED_NARROW.get(name, ())
+        kinds = narrow[table]
         with _values_of(table):
-            rows = _integers(raw, list(wanted))
+            as_read = {c for c, kind in kinds.items() if c in raw and raw[c].dtype == kind}  # narrowed by the read
+            rows = _integers(raw, [c for c in wanted if c not in as_read])
             process = rows[key] & PID_MASK if key == "tid" else rows[key]
-            kept = {c: _narrow(rows[c], narrow[c]) if c in narrow else rows[c]
-                    for c in rows.columns if c != "global_pid"}
-            pieces.add(name, process, Table(kept, rows=len(rows)))
+            kept = {c: raw[c] if c in as_read else _narrow(rows[c], kinds[c]) if c in kinds else rows[c]
+                    for c in wanted if c != "global_pid"}
+            pieces.add(name, process, Table(kept, rows=len(raw)))
 
 
 class _Filler:

@@ -79,12 +79,14 @@ class SqliteExport(SqliteFile):
         for _, part in self.read_many([(table, columns)], rows):
             yield part
 
-    def read_many(self, requests: list[tuple[str, Mapping[str, str]]],
-                  rows: int | None = None) -> Iterator[tuple[int, Table]]:
+    def read_many(self, requests: list[tuple[str, Mapping[str, str]]], rows: int | None = None,
+                  narrow: Mapping[str, Mapping[str, type[np.integer]]] | None = None) -> Iterator[tuple[int, Table]]:
         """:meth:`read_slices` of several tables, one after the other, as (request index, slice): the slices
         of all of them are one queue with up to ``cores.PER_TASK`` in flight, so the next table's first
         slices are read while the last ones of this table are still being turned into columns (one
-        table after another, the readers waited for that, and for the slowest slice, at every boundary)."""
+        table after another, the readers waited for that, and for the slowest slice, at every boundary).
+        ``narrow``: per table, integer columns a slice read in pieces gives as that type where its values fit
+        it and none is NULL (:func:`perfdoctor.load.arrow_c.columns`)."""
         plans = [(index, table, columns, present(columns), self.slice_queries(table, columns, rows))
                  for index, (table, columns) in enumerate(requests)]
         work = [query for *_, queries in plans if queries for query in queries]
@@ -118,7 +120,7 @@ class SqliteExport(SqliteFile):
                             pending.append(submit(work[queued]))
                             queued += 1
                         try:
-                            part = arrow_c.columns(batches, list(selected))
+                            part = arrow_c.columns(batches, list(selected), (narrow or {}).get(table))
                         except ValueError as exc:
                             raise InputError(f"{self.path}: {exc}") from None
                         if not part or not len(next(iter(part.values()))):
