@@ -11,17 +11,17 @@ Two connections serve two purposes:
   its rowids at once, one connectorx query per slice on its own thread (connectorx releases the GIL),
   and the slices joined in file order: on two cores the kernel and CUDA-call tables of a million
   kernels are read in about the time of the one-core C scan. Tables of at most
-  :data:`SMALL_TABLE_ROWS` rows go through the read-only ``sqlite3`` connection, which reads them
-  before connectorx would be imported. connectorx hands its columns over as Arrow C structs, copied
-  into numpy by :mod:`perfdoctor.load.arrow_c` without importing pyarrow.
+  :data:`perfdoctor.load.sqlite_file.SMALL_TABLE_ROWS` rows go through the read-only ``sqlite3``
+  connection, which reads them before connectorx would be imported. connectorx hands its columns over
+  as Arrow C structs, copied into numpy by :mod:`perfdoctor.load.arrow_c` without importing pyarrow.
 
-Both open the file as the SQLite URI ``file:PATH?mode=ro&immutable=1`` (:func:`read_only_uri`), so
-reading never creates a file beside the input. connectorx takes a plain path after ``sqlite://`` and
-opens it read-write, creating it when it is missing (``?mode=ro`` there becomes part of a new file's
-name), and for a file in WAL journal mode it creates ``-wal`` and ``-shm`` beside it while it reads;
-handed the URI instead (percent-encoded whole, which connectorx decodes once), SQLite opens it as a
-URI. A file with a hot journal or a WAL file beside it is refused before either opens it: immutable
-reads would ignore the changes those hold.
+Both open the file as the SQLite URI ``file:PATH?mode=ro&immutable=1``
+(:func:`perfdoctor.load.sqlite_file.read_only_uri`), so reading never creates a file beside the input.
+connectorx takes a plain path after ``sqlite://`` and opens it read-write, creating it when it is
+missing (``?mode=ro`` there becomes part of a new file's name), and for a file in WAL journal mode it
+creates ``-wal`` and ``-shm`` beside it while it reads; handed the URI instead (percent-encoded whole,
+which connectorx decodes once), SQLite opens it as a URI. A file with a hot journal or a WAL file beside
+it is refused before either opens it: immutable reads would ignore the changes those hold.
 """
 
 from __future__ import annotations
