@@ -163,13 +163,14 @@ class SqliteExport(SqliteFile):
                 futures = [pool.submit(self.arrow, one) for one in slices]
             failed = [f.exception() for f in futures if f.exception() is not None]
             if failed:  # the slices that were read are released before the error is raised
-                arrow_c.release(batch for f in futures if f.exception() is None for batch in f.result()[1])
+                _release(futures)
                 raise failed[0]
             results = [f.result() for f in futures]
         try:
             return arrow_c.columns((batch for _, batches in results for batch in batches), names)
         except ValueError as exc:
             raise InputError(f"{self.path}: {exc}") from None
+
 
 def _release(reads: list[Future]) -> None:
     """Release what the finished ones of ``reads`` (connectorx queries) hold, waiting for the others."""
