@@ -36,8 +36,11 @@ def _file_pages() -> int:
 
 @pytest.fixture
 def small(monkeypatch):
-    """Every take from a mapped column mapped, however small."""
+    """Every take from a mapped column mapped, however small; made and written in many small pieces (sizes
+    that are no multiple of a value's)."""
     monkeypatch.setattr(mapped, "MAP_TAKES_ABOVE", 0)
+    monkeypatch.setattr(mapped, "SLICE_BYTES", 4100)
+    monkeypatch.setattr(mapped, "WRITE_BYTES", 1001)
 
 
 def test_a_mapped_column_holds_what_was_put_in_it(small):
@@ -58,6 +61,12 @@ def test_a_mapped_column_holds_what_was_put_in_it(small):
     filled = mapped.like(values.size, np.int8, column, fill=-1)
     assert mapped.is_mapped(filled) and (filled == -1).all()
     assert not mapped.is_mapped(mapped.like(values.size, np.int8, values, fill=-1))
+
+
+def test_a_column_written_short_of_its_rows_is_refused(small):
+    with pytest.raises(ValueError, match="999 values written for a column of 1000"):
+        mapped.written([np.arange(500), np.arange(499)], 1000, np.int64)
+    assert np.array_equal(mapped.written(iter([np.arange(3), np.arange(2)]), 5, np.int16), [0, 1, 2, 0, 1])
 
 
 def test_small_takes_and_ordinary_arrays_stay_ordinary():
@@ -137,8 +146,8 @@ RUNS = [SAMPLES / name for name in ("pp_1f1b", "gc_jitter", "per_node", "deep_ep
 def test_every_table_mapped_gives_the_same_report(run, monkeypatch):
     whole = _report(run)
     made = []
-    empty = mapped.empty
-    monkeypatch.setattr(mapped, "empty", lambda rows, dtype: made.append(rows) or empty(rows, dtype))
+    of_file = mapped.of_file
+    monkeypatch.setattr(mapped, "of_file", lambda fh, rows, dtype: made.append(rows) or of_file(fh, rows, dtype))
     for module, name in ((mapped, "MAP_ABOVE"), (mapped, "MAP_TAKES_ABOVE"), (pieces, "SPILL_ABOVE")):
         monkeypatch.setattr(module, name, 0)
     assert _report(run) == whole

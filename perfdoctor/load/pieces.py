@@ -19,6 +19,7 @@ written beside the input.
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
@@ -64,7 +65,7 @@ class _Rows:
                     values = np.ascontiguousarray(values)
                     file = self._file(name)
                     places[name] = (values.dtype, file.tell(), values.size)
-                    file.write(memoryview(values).cast("B"))
+                    mapped_columns.write(file, values)  # (not at once: mapped_columns.WRITE_BYTES)
                 self.spilled.append((len(next(iter(chunk.values()))), places))
         except OSError as exc:
             raise InputError(f"cannot write the export's rows to the temporary folder {tempfile.gettempdir()} "
@@ -91,26 +92,32 @@ class _Rows:
             if mapped and self.files is not None and dtypes == {dtype}:
                 out[name] = mapped_columns.of_file(self._file(name), self.rows, dtype)
                 continue
-            column = mapped_columns.empty(self.rows, dtype) if mapped else np.empty(self.rows, dtype=dtype)
-            at = 0
-            for n, place in self.spilled:  # spilled chunks come before those still in memory
-                dtype, offset, size = place[name]
-                file = self._file(name)
-                file.seek(offset)
-                # straight into the column where the chunk has its width (a wider column: through a copy)
-                part = column[at:at + n] if dtype == column.dtype else np.empty(size, dtype=dtype)
-                file.readinto(memoryview(part).cast("B"))
-                if part.base is not column:
-                    column[at:at + n] = part
-                at += n
-            for chunk in self.chunks:
-                values = chunk.pop(name)
-                column[at:at + values.size] = values
-                at += values.size
-            out[name] = column
-            give_back_freed(column.nbytes)  # the chunks were heap memory that no later large array reuses
+            if mapped:  # written to the column's file a chunk at a time (perfdoctor.mapped.written)
+                out[name] = mapped_columns.written(self._parts(name), self.rows, dtype)
+            else:
+                out[name], at = np.empty(self.rows, dtype=dtype), 0
+                for part in self._parts(name, out[name]):
+                    if part.base is not out[name]:
+                        out[name][at:at + part.size] = part
+                    at += part.size
+            give_back_freed(out[name].nbytes)  # the chunks were heap memory that no later large array reuses
         self.close()
         return Table(out, rows=self.rows)
+
+    def _parts(self, name: str, into: np.ndarray | None = None) -> Iterator[np.ndarray]:
+        """A column's rows chunk by chunk, in the order they were added: the spilled ones read back (straight
+        into the rows of ``into`` where it is given and the chunk has its width), then those in memory."""
+        at = 0
+        for n, place in self.spilled:  # spilled chunks come before those still in memory
+            dtype, offset, size = place[name]
+            file = self._file(name)
+            file.seek(offset)
+            part = into[at:at + n] if into is not None and dtype == into.dtype else np.empty(size, dtype=dtype)
+            file.readinto(memoryview(part).cast("B"))
+            yield part
+            at += n
+        for chunk in self.chunks:
+            yield chunk.pop(name)
 
     def close(self) -> None:
         for file in [self.file, *(self.files or {}).values()]:
