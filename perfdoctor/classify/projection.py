@@ -21,6 +21,7 @@ NO_RANGE = -1
 MAX_DEPTH = 8
 # Correlation ids up to this many times the call count (plus the slack) use a direct lookup table.
 DENSE_FACTOR, DENSE_SLACK = 4, 1 << 20
+LOOKUP_SLICE = 1 << 20  # calls entered in the lookup table at once
 
 
 def launch_calls(ops: Table, api: Table) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -86,7 +87,10 @@ def _lookup_table(api: Table) -> tuple[np.ndarray, int] | None:
     # int32 rows while they fit: this table lives as long as the timeline (40 MB, not 80, at 10M calls).
     table = like(int(corr.max()) - base + 1, np.int32 if corr.size < np.iinfo(np.int32).max else np.int64,
                  corr, fill=-1)
-    table[corr - base] = np.arange(corr.size, dtype=table.dtype)
+    # A slice of calls at a time: the ids' places and the rows of 10M calls are 80 MB of fresh pages at once.
+    for lo in range(0, corr.size, LOOKUP_SLICE):
+        part = corr[lo:lo + LOOKUP_SLICE]
+        table[part - base] = np.arange(lo, lo + part.size, dtype=table.dtype)
     table[0] = -1  # id 0 (or the id below the first): no correlation
     return table, base
 
