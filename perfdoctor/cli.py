@@ -149,10 +149,11 @@ def analyze(paths: tuple[Path, ...], output_format: str, output: Path | None, tp
             rules: tuple[Path, ...], config_file: Path | None, allow_mixed: bool, device_memory: float | None,
             jobs: int | None, dask: str | None, sample: int | None) -> None:
     """Measure where each GPU's time goes and print the breakdown."""
-    from perfdoctor.cores import one_blas_thread
+    from perfdoctor.cores import SWITCH_INTERVAL_S, one_blas_thread
 
     if _whole_process:  # imports make objects that live as long as the process: nothing for the collector
         gc.disable()
+        sys.setswitchinterval(SWITCH_INTERVAL_S)  # this process's own (perfdoctor.cores)
         _read_ahead(paths, jobs, dask, sample)
     with one_blas_thread():
         from perfdoctor import api
