@@ -28,13 +28,16 @@ def narrow(values: np.ndarray) -> np.ndarray:
     return values
 
 
+def fits(values: np.ndarray, kind: type[np.integer]) -> bool:
+    """Whether every one of ``values`` (integers) lies within ``kind``'s range (none does not matter)."""
+    info = np.iinfo(kind)
+    return not values.size or (info.min <= int(values.min()) and int(values.max()) <= info.max)
+
+
 def fitted(values: np.ndarray, kind: type[np.integer]) -> np.ndarray:
     """``values`` (integers) as ``kind`` when every one of them fits it (no copy when they already are), else
     as they are: a column of small ids or flags at the width it needs."""
-    info = np.iinfo(kind)
-    if values.size and (int(values.min()) < info.min or int(values.max()) > info.max):
-        return values
-    return converted(values, kind)
+    return converted(values, kind) if fits(values, kind) else values
 
 
 def code_type(distinct: int) -> type[np.integer]:

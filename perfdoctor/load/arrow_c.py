@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping
 import numpy as np
 
 from perfdoctor.heap import give_back_freed
+from perfdoctor.width import fits
 
 
 class ArrowSchema(ctypes.Structure):
@@ -96,7 +97,8 @@ def _join(arrays: list[ArrowArray], formats: list[bytes], narrow: type[np.intege
     if fmt in NUMBERS or fmt == b"b":
         dtype = np.dtype(NUMBERS.get(fmt, np.bool_))
         kind = dtype
-        if narrow is not None and not nulls and dtype.kind in "iu" and _fits(arrays, dtype, np.iinfo(narrow)):
+        fitting = narrow is not None and not nulls and dtype.kind in "iu"
+        if fitting and all(fits(_values(a, dtype), narrow) for a in arrays):
             kind = np.dtype(narrow)  # each chunk cast as it is copied
         out = np.empty(total, dtype=np.float64 if nulls else kind)
         at = 0
@@ -115,12 +117,6 @@ def _join(arrays: list[ArrowArray], formats: list[bytes], narrow: type[np.intege
         out[:] = values
         return out
     raise ValueError(f"Arrow type {fmt.decode(errors='replace')!r} is not read")
-
-
-def _fits(arrays: list[ArrowArray], dtype: np.dtype, info: np.iinfo) -> bool:
-    """Whether every value of the integer chunks lies within ``info``'s range."""
-    chunks = [v for v in (_values(a, dtype) for a in arrays) if v.size]
-    return all(info.min <= int(v.min()) and int(v.max()) <= info.max for v in chunks)
 
 
 def _buffer(a: ArrowArray, i: int, dtype: np.dtype, count: int) -> np.ndarray:

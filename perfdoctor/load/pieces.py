@@ -62,7 +62,6 @@ class _Rows:
             for chunk in self.chunks:
                 places = {}
                 for name, values in chunk.items():
-                    values = np.ascontiguousarray(values)
                     file = self._file(name)
                     places[name] = (values.dtype, file.tell(), values.size)
                     mapped_columns.write(file, values)  # (not at once: mapped_columns.WRITE_BYTES)
