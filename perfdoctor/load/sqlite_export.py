@@ -99,8 +99,9 @@ class SqliteExport(SqliteFile):
         from concurrent.futures import ThreadPoolExecutor
 
         connectorx_read_sql()  # loaded here, once, not by two slice threads at the same time
-        ahead = max(1, cores.PER_TASK)
-        with ThreadPoolExecutor(max_workers=ahead, thread_name_prefix="perfdoctor-read") as pool:
+        readers = max(1, cores.PER_TASK)
+        ahead = readers + 1
+        with ThreadPoolExecutor(max_workers=readers, thread_name_prefix="perfdoctor-read") as pool:
 
             def submit(sql: str) -> Future:  # a slice read ahead (perfdoctor.load.read_ahead) is not read again
                 return read_ahead.take(self.path, sql) or pool.submit(self.arrow, sql)
