@@ -25,7 +25,7 @@ import numpy as np
 
 from perfdoctor.blame.causes import CATEGORY_CAUSE, CODE
 from perfdoctor.classify.groups import GROUPS, GroupLabels
-from perfdoctor.classify.projection import calls_of
+from perfdoctor.classify.projection import call_columns
 from perfdoctor.model import Timeline
 from perfdoctor.table import Table, starts_in_order
 
@@ -138,7 +138,7 @@ class OpSource:
             a, b = np.searchsorted(start, [t0, t1], side="left").tolist()
             rows = slice(a, b) if order is None else order[a:b]
             row = (np.arange(a, b) if order is None else rows) if kernel else np.full(b - a, NONE)
-            launch, _, tid = calls_of(t.col("correlation_id")[rows], self._api)
+            launch, tid = call_columns(t.col("correlation_id")[rows], self._api, ("start", "tid"))
             for out, col in zip(cols, (t.col("start")[rows], t.col("end")[rows], t.col("stream")[rows], cause[rows],
                                        row, launch, tid)):
                 out.append(col)
@@ -164,7 +164,7 @@ class _Threads:
         for t, *_ in self._parts:
             corr = t.col("correlation_id")
             for lo in range(0, corr.size, THREAD_SLICE):
-                yield calls_of(corr[lo:lo + THREAD_SLICE], self._api)[2]
+                yield call_columns(corr[lo:lo + THREAD_SLICE], self._api, ("tid",))[0]
 
 
 def _kernel_causes(kcls: Table, groups: GroupLabels) -> np.ndarray:

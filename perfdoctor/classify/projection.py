@@ -34,19 +34,25 @@ def launch_calls(ops: Table, api: Table) -> tuple[np.ndarray, np.ndarray, np.nda
 
 def calls_of(corr: np.ndarray, api: Table) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``launch_calls`` for bare correlation ids."""
+    start, end, tid = call_columns(corr, api, ("start", "end", "tid"))
+    return start, end, tid
+
+
+def call_columns(corr: np.ndarray, api: Table, columns: tuple[str, ...]) -> tuple[np.ndarray, ...]:
+    """``columns`` of :func:`calls_of`, only those: each is a gather from the CUDA calls (at 10M ops, 30 ms
+    for each column no one reads)."""
     n = corr.size
     if not n or not len(api):
-        none = np.full(n, -1, dtype=np.int64)
-        return none, none.copy(), none.copy()
+        return tuple(np.full(n, -1, dtype=np.int64) for _ in columns)
     rows, hit = _rows_of(api, corr)
     if rows.size == n:  # every op found its call (the usual case): the gathers are the answer
-        return api.col("start")[rows], api.col("end")[rows], api.col("tid")[rows]
+        return tuple(api.col(column)[rows] for column in columns)
     out = []
-    for column in ("start", "end", "tid"):
+    for column in columns:
         values = np.full(n, -1, dtype=np.int64)
         values[hit] = api.col(column)[rows]
         out.append(values)
-    return out[0], out[1], out[2]
+    return tuple(out)
 
 
 def rows_of(api: Table, corr: np.ndarray) -> np.ndarray:

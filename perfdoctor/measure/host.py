@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from perfdoctor.classify.projection import calls_of, kernel_launch_calls, launch_calls
+from perfdoctor.classify.projection import call_columns, kernel_launch_calls, launch_calls
 from perfdoctor.heap import give_back_freed
 from perfdoctor.load.labels import labelled, matching
 from perfdoctor.measure import intervals as iv
@@ -223,7 +223,7 @@ def _causes(tl: Timeline, steps: Steps, g0: np.ndarray, g1: np.ndarray, look: Ho
     """The causes of the gaps ``[g0, g1)`` (sorted, each inside one step)."""
     step_of = np.clip(step_at(steps.starts, g0), 0, len(steps) - 1)
     has_next, next_corr = _next_ops(ops, g1)  # the op that ends the gap (first start >= gap end)
-    next_launch, _, next_tid = calls_of(next_corr, tl.api)
+    next_launch, next_tid = call_columns(next_corr, tl.api, ("start", "tid"))
     if not has_next.all():
         # No later op: the CPU never launched again within the trace; look at the main launching thread.
         next_tid = np.where(has_next, next_tid, look.main_thread())

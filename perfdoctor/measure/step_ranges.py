@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from perfdoctor.classify.projection import calls_of
+from perfdoctor.classify.projection import call_columns
 from perfdoctor.load.labels import DOMAIN, any_message, message_codes
 from perfdoctor.model import Timeline
 from perfdoctor.table import Table
@@ -197,7 +197,7 @@ def _work(tl: Timeline) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     for table in (tl.kernels, tl.memcpy, tl.memset):
         if not len(table):
             continue
-        call, _, tid = calls_of(table.col("correlation_id"), tl.api)
+        call, tid = call_columns(table.col("correlation_id"), tl.api, ("start", "tid"))
         times.append(np.where(call >= 0, call, table.col("start")))
         weights.append((table.col("end") - table.col("start")).astype(np.float64))
         tids.append(tid)
