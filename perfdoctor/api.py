@@ -16,7 +16,7 @@ import numpy as np
 from perfdoctor import __version__, shared
 from perfdoctor.blame import join as blame_join
 from perfdoctor.blame.causes import BLOCKING_KEYS
-from perfdoctor.blame.focus import kernel_marks
+from perfdoctor.blame.focus import KernelMarks, kernel_marks
 from perfdoctor.blame.graph import OpSource
 from perfdoctor.blame.join import across as blocking_across
 from perfdoctor.blame.join import join, late_blocking
@@ -25,7 +25,7 @@ from perfdoctor.blame.window import windowed_path
 from perfdoctor.classify.framework import detect_framework, timeline_fingerprints
 from perfdoctor.classify.groups import GROUPS, GroupLabels, label_groups
 from perfdoctor.classify.timeline import copy_classes, kernel_classes
-from perfdoctor.cores import beside, sized_for
+from perfdoctor.cores import Later, beside, on_demand, sized_for
 from perfdoctor.diagnose import diagnose, load_rules
 from perfdoctor.errors import InputError
 from perfdoctor.execute import run_tasks
@@ -39,7 +39,7 @@ from perfdoctor.measure.breakdown import activity_window, measured_ns, summarize
 from perfdoctor.measure.collectives import Collectives, Unpacked, add_context, collectives, finish, pack
 from perfdoctor.measure.excerpt import excerpt, representative_step
 from perfdoctor.measure.graphs import graph_metrics
-from perfdoctor.measure.host import HostContext, host_gaps, launch_stats
+from perfdoctor.measure.host import HostContext, LaunchStats, host_gaps, host_pauses, launch_stats
 from perfdoctor.measure.kernel_mix import unfused_kinds
 from perfdoctor.measure.memory import MemoryMeasurement, measure_memory, measure_run_memory
 from perfdoctor.measure.metrics import across_ranks, step_quantities, timeline_metrics
@@ -345,14 +345,17 @@ def analyze_timeline(tl: Timeline, config: dict[str, Any], excerpts: bool, trace
     steps) is computed beside every other measurement (:func:`perfdoctor.cores.beside`), started as soon as
     its inputs are known; so are the launch statistics, which need the timeline's columns alone: counted
     while the kernels are classified. One at a time, each comes when its result is asked for."""
-    launches_later = beside(launch_stats, tl) if tl.device_id is not None else None
+    launches_later = beside(host_side, tl) if tl.device_id is not None else None
     kcls = kernel_classes(tl.kernels)
     ccls = copy_classes(tl.memcpy)
     window = activity_window(tl)
     steps = find_steps(tl, window, kcls) if window else None
     on_device = tl.device_id is not None and steps is not None and len(steps) > 0
     groups = label_groups(tl, kcls, config)
-    blame_later = beside(blame, tl, kcls, ccls, groups, steps) if on_device else None
+    marks = on_demand(kernel_marks, tl, kcls, steps) if on_device else None
+    blame_later = beside(blame, tl, kcls, ccls, groups, steps, marks) if on_device else None
+    if marks is not None:
+        marks.result()  # made here while the critical path begins (it asks at its first window's walk)
     info = TimelineInfo(trace=tl.trace, pid=tl.pid, global_pid=tl.global_pid, device_id=tl.device_id,
                         process_name=tl.process_name, rank=tl.rank, rank_source=tl.rank_source,
                         rank_mark=rank_mark(tl), config_mark=config_mark(tl), last_event_ns=last_event_ns(tl),
@@ -395,6 +398,16 @@ class Measured:
     series: dict[str, list[float]] | None = None
     excerpt: Any = None
     trace_excerpt: Any = None
+
+
+def host_side(tl: Timeline) -> LaunchStats:
+    """The launch statistics, after the process's host pauses (kept for both that ask for them: the host
+    gaps' context, :class:`perfdoctor.measure.host.HostContext`, and the critical path's causes). Beside
+    the classification both are ready before either asks: computed by the first to ask, they held up the
+    other (on a 10M-kernel export the critical path waited 0.18 s of the 0.31 s the main thread spent on them
+    as its windows began)."""
+    host_pauses(tl)
+    return launch_stats(tl)
 
 
 def measure_windows(tl: Timeline, kcls: Table, groups: GroupLabels, steps: Steps | None, config: dict[str, Any],
@@ -450,10 +463,12 @@ def measure_windows(tl: Timeline, kcls: Table, groups: GroupLabels, steps: Steps
     return out
 
 
-def blame(tl: Timeline, kcls: Table, ccls: Table, groups: GroupLabels, steps: Steps) -> RankPath:
-    """The rank's critical path (perfdoctor.blame): its device ops, their dependency graph, each step walked."""
+def blame(tl: Timeline, kcls: Table, ccls: Table, groups: GroupLabels, steps: Steps,
+          marks: Later[KernelMarks]) -> RankPath:
+    """The rank's critical path (perfdoctor.blame): its device ops, their dependency graph, each step walked.
+    ``marks``: the kernels' marks (:func:`perfdoctor.blame.focus.kernel_marks`), made by whoever asks first."""
     return windowed_path(tl, OpSource(tl, kcls, ccls, groups), steps, np.flatnonzero(groups.codes >= 0),
-                         kernel_marks(tl, kcls, steps))
+                         marks.result)
 
 
 def memory(paths: list[Path | str], device_total_bytes: int | None = None,

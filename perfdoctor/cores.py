@@ -56,6 +56,7 @@ class Later(Generic[T]):
         self._value: Any = _UNSET
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()  # computed on demand once, whichever thread asks first
         if start:
             self._thread = threading.Thread(target=self._run, name="perfdoctor-beside", daemon=True)
             self._thread.start()
@@ -69,8 +70,10 @@ class Later(Generic[T]):
     def result(self) -> T:
         if self._thread is not None:
             self._thread.join()
-        elif self._value is _UNSET and self._error is None:
-            self._run()
+        else:
+            with self._lock:
+                if self._value is _UNSET and self._error is None:
+                    self._run()
         if self._error is not None:
             raise self._error
         return self._value
@@ -81,6 +84,12 @@ def beside(fn: Callable[..., T], *args: Any) -> Later[T]:
     too large for two measurements' arrays at once: :func:`sized_for`), else computed when its result is
     asked for. ``fn`` must not mutate what the caller goes on using."""
     return Later(fn, args, start=PER_TASK > 1 and _side_by_side)
+
+
+def on_demand(fn: Callable[..., T], *args: Any) -> Later[T]:
+    """``fn(*args)``, computed by the first thread that asks for its result (the others wait for it): work
+    that one thread needs later and another, with time to spare, can do before it does."""
+    return Later(fn, args, start=False)
 
 
 @contextmanager

@@ -52,7 +52,7 @@ def _whole(tl, kcls, ccls, groups, steps) -> path.RankPath:
 
 def _windowed(tl, kcls, ccls, groups, steps) -> path.RankPath:
     return window.windowed_path(tl, OpSource(tl, kcls, ccls, groups), steps, np.flatnonzero(groups.codes >= 0),
-                                kernel_marks(tl, kcls, steps))
+                                lambda: kernel_marks(tl, kcls, steps))
 
 
 @pytest.fixture(scope="module")
