@@ -82,9 +82,11 @@ class SqliteExport(SqliteFile):
     def read_many(self, requests: list[tuple[str, Mapping[str, str]]], rows: int | None = None,
                   narrow: Mapping[str, Mapping[str, type[np.integer]]] | None = None) -> Iterator[tuple[int, Table]]:
         """:meth:`read_slices` of several tables, one after the other, as (request index, slice): the slices
-        of all of them are one queue with up to ``cores.PER_TASK`` in flight, so the next table's first
-        slices are read while the last ones of this table are still being turned into columns (one
-        table after another, the readers waited for that, and for the slowest slice, at every boundary).
+        of all of them are one queue read by ``cores.PER_TASK`` threads with one slice more in flight than
+        there are readers, so a reader that finishes goes on to the next slice while this thread turns the
+        oldest into columns, and the next table's first slices are read while the last ones of this table
+        are (one table after another, the readers waited for that, and for the slowest slice, at every
+        boundary; with a slice in flight per reader, each waited for this thread to take its slice).
         ``narrow``: per table, integer columns a slice read in pieces gives as that type where its values fit
         it and none is NULL (:func:`perfdoctor.load.arrow_c.columns`)."""
         plans = [(index, table, columns, present(columns), self.slice_queries(table, columns, rows))
