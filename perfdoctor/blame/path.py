@@ -50,6 +50,7 @@ WHATIF_SHARE = 0.01
 # not replayed (their what-ifs are unknown), so a million-kernel window stays a matter of seconds.
 REPLAY_MAX_OPS = 50_000
 COMM = tuple(CODE[c] for c in CAUSES if c.startswith("transfer.") or c == "pipeline.p2p")
+IS_COMM = np.isin(np.arange(len(CAUSES)), COMM)  # per cause code: a lookup per segment, not a set test
 # The chains' lifting tables jump 16**j links (not 2**j): a quarter of binary lifting's tables (6 instead of
 # 24 for a 10M-op chain: 4 bytes an op each), for at most 15 jumps per table where a walk searches a chain.
 LIFT_BITS = 4
@@ -547,7 +548,7 @@ class StepWalks:
         self.by_cause[i] = np.bincount(cause, weights=cols["end"] - cols["start"], minlength=len(CAUSES))
         self.residual[i] = w.residual
         self.focus[i] = on_path(cols, w.lo, self.by_cause[i, CODE["host.sync"]], w.after_sync)
-        on_comm = np.isin(cause, COMM)
+        on_comm = IS_COMM[cause]
         comm = self.comm
         comm[0].append(np.full(int(on_comm.sum()), i, dtype=np.int64))
         comm[1].append(_instance_of(cols["kernel"][on_comm], self.instances))
@@ -614,7 +615,7 @@ def _compact(tl: Timeline, cols: dict[str, np.ndarray], instances: np.ndarray) -
     start, end, cause, op = cols["start"], cols["end"], cols["cause"], cols["op"]
     if not start.size:
         return {}
-    comm = np.isin(cause, COMM)
+    comm = IS_COMM[cause]
     new_run = np.ones(start.size, dtype=bool)
     new_run[1:] = (cause[1:] != cause[:-1]) | (start[1:] != end[:-1]) | comm[1:] | comm[:-1]
     heads = np.flatnonzero(new_run)
