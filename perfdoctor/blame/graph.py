@@ -232,16 +232,22 @@ def edges(ops: Ops, sync: Table | dict[int, np.ndarray]) -> Edges:
     bind_kind[has_prev & (s_ready >= l_ready)] = STREAM
     bind_kind[event] = EVENT
     # Edge columns: the kept edges of each kind in turn, ops in order within a kind; an op's binding edge is
-    # its kind's offset plus how many ops before it have an edge of that kind.
-    counts = [int(h.sum()) for h in has]
+    # its kind's offset plus its place among the ops with an edge of that kind (scattered to those ops: a
+    # running count of them, numpy's cumsum, holds the interpreter lock that the other measurements want).
+    with_edge = [np.flatnonzero(h) for h in has]
+    counts = [mine.size for mine in with_edge]
     bind = np.full(n, NONE, dtype=index)
-    for kind_code, h in enumerate(has):
+    place = np.empty(n, dtype=index)
+    for kind_code, mine in enumerate(with_edge):
+        place[mine] = np.arange(sum(counts[:kind_code]), sum(counts[:kind_code + 1]), dtype=index)
         rows = np.flatnonzero(bind_kind == kind_code)
-        bind[rows] = sum(counts[:kind_code]) + np.cumsum(h, dtype=index)[rows] - 1
+        bind[rows] = place[rows]
+    del place
     del bind_kind
     kind = np.repeat(np.array([LAUNCH, STREAM, EVENT], dtype=np.int8), counts)
     src = np.concatenate([np.full(counts[0], NONE, dtype=index), prev[has_prev], other[event]])
-    dst = np.concatenate([np.flatnonzero(h).astype(index) for h in has])
+    dst = np.concatenate([mine.astype(index) for mine in with_edge])
+    del with_edge
     ready = np.concatenate([l_ready[has_launch], s_ready[has_prev], e_ready[event]])
     del s_ready, e_ready, l_ready
     inferred = np.concatenate([np.zeros(counts[0] + counts[1], dtype=bool), ~recorded[event]])

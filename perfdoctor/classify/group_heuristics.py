@@ -152,16 +152,17 @@ def _neighbours(kernels: Table, codes: np.ndarray, idx: np.ndarray) -> dict[str,
 
 def _computes_before(seq: np.ndarray, position: np.ndarray) -> np.ndarray:
     """How many compute kernels (codes >= 0 in the launch-order ``seq``) come before each launch position,
-    counted a slice at a time: no array of every compute kernel's position."""
+    counted a slice at a time: no array of every compute kernel's position. Each is a search among the
+    slice's compute kernels, not a running count of them (numpy's cumsum holds the interpreter lock that
+    the measurements beside want)."""
     out = np.empty(position.size, dtype=np.int64)
     slice_of = position // SLICE
     base = 0
     for s, lo in enumerate(range(0, seq.size, SLICE)):
-        compute = seq[lo:lo + SLICE] >= 0
+        compute = np.flatnonzero(seq[lo:lo + SLICE] >= 0)
         if (mine := np.flatnonzero(slice_of == s)).size:
-            before = np.concatenate(([0], np.cumsum(compute, dtype=np.int64)))
-            out[mine] = before[position[mine] - lo] + base
-        base += int(np.count_nonzero(compute))
+            out[mine] = np.searchsorted(compute, position[mine] - lo) + base
+        base += compute.size
     return out
 
 
@@ -169,19 +170,19 @@ def _compute_index(seq: np.ndarray, kinds: dict[str, tuple[int, ...]]) -> dict[s
     """Per kind (a name and its codes): the index among the compute kernels (codes >= 0 in the launch-order
     ``seq``) of each kernel of one of its codes, ascending; int32 while the kernels are fewer than 2**31, made a
     slice at a time (at 10M kernels a few MB at once, not the 80 MB of every compute kernel's position), the
-    slice's count of compute kernels once for every kind."""
+    slice's compute kernels taken once for every kind (the kinds' codes are compute codes, >= 0)."""
     dtype = np.int32 if seq.size < np.iinfo(np.int32).max else np.int64
     out: dict[str, list[np.ndarray]] = {name: [] for name in kinds}
     base = 0
     for lo in range(0, seq.size, SLICE):
         part = seq[lo:lo + SLICE]
-        rank = np.cumsum(part >= 0, dtype=dtype)  # compute kernels up to and including each
+        compute = part[part >= 0]  # the slice's compute kernels in order: a kernel's place is its index
         for name, codes in kinds.items():
-            want = part == codes[0]
+            want = compute == codes[0]
             for code in codes[1:]:
-                want |= part == code
-            out[name].append(rank[want] + dtype(base - 1))
-        base += int(rank[-1])
+                want |= compute == code
+            out[name].append((np.flatnonzero(want) + base).astype(dtype))
+        base += compute.size
     return {name: np.concatenate(parts) if parts else np.zeros(0, dtype=dtype) for name, parts in out.items()}
 
 
