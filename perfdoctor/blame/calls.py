@@ -19,6 +19,7 @@ import numpy as np
 
 from perfdoctor.measure import intervals as iv
 from perfdoctor.model import Timeline
+from perfdoctor.table import distinct
 
 SLICE = 1 << 20  # calls per slice when the medians are computed
 
@@ -31,7 +32,7 @@ class WindowCalls:
         self.start, self.end, self.tid = ((api.col("start"), api.col("end"), api.col("tid")) if len(api) else
                                           (np.zeros(0, dtype=np.int64),) * 3)
         one = self.tid.size and self.tid.min() == self.tid.max()  # most processes launch from one thread
-        self.threads = [int(self.tid[0])] if one else np.unique(self.tid).tolist()
+        self.threads = [int(self.tid[0])] if one else distinct(self.tid).tolist()
         self.one_thread = len(self.threads) == 1
         self.in_order = bool(np.all(self.start[1:] >= self.start[:-1]))
         self._whole = None if self.in_order else _by_thread(self.start, self.end, self.tid, self.threads)

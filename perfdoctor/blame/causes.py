@@ -25,6 +25,7 @@ from perfdoctor.measure import intervals as iv
 from perfdoctor.measure.host import DATA_RANGE, OPTIMIZER_RANGE, host_pauses
 from perfdoctor.measure.kernel_mix import UNFUSED_KINDS
 from perfdoctor.model import Timeline
+from perfdoctor.table import distinct
 
 COMPUTE = ("gemm", "attention", "norm", "elementwise", "optimizer", "other")
 TRANSFER = ("dp", "tp", "cp", "ep", "other")  # pipeline-parallel transfer is pipeline.p2p
@@ -155,7 +156,7 @@ def _by_thread(start: np.ndarray, end: np.ndarray, tid: np.ndarray) -> dict[int,
     if tid.size and tid.min() == tid.max():  # one thread (most processes launch from one): no sort, no copy
         return {int(tid[0]): iv.union(start, end)}
     out = {}
-    for thread in np.unique(tid).tolist():
+    for thread in distinct(tid).tolist():
         sel = tid == thread
         out[int(thread)] = iv.union(start[sel], end[sel])
     return out

@@ -27,7 +27,7 @@ from perfdoctor.blame.causes import CATEGORY_CAUSE, CODE
 from perfdoctor.classify.groups import GROUPS, GroupLabels
 from perfdoctor.classify.projection import call_columns
 from perfdoctor.model import Timeline
-from perfdoctor.table import Table, starts_in_order
+from perfdoctor.table import Table, distinct, starts_in_order
 
 LAUNCH, STREAM, EVENT = 0, 1, 2
 EDGE_KINDS = ("launch", "stream", "event")
@@ -285,7 +285,7 @@ def stream_waits(sync: Table) -> dict[int, np.ndarray]:
     if not len(waits):
         return {}
     w_stream, w_start = waits.col("stream"), waits.col("start")
-    return {stream: np.sort(w_start[w_stream == stream]) for stream in np.unique(w_stream).tolist()}
+    return {stream: np.sort(w_start[w_stream == stream]) for stream in distinct(w_stream).tolist()}
 
 
 def _recorded_waits(ops: Ops, prev: np.ndarray, waits: dict[int, np.ndarray]) -> np.ndarray:

@@ -37,6 +37,7 @@ from perfdoctor.measure import intervals as iv
 from perfdoctor.measure.host import BLOCKING_API
 from perfdoctor.measure.steps import Steps
 from perfdoctor.model import Timeline
+from perfdoctor.table import distinct
 from perfdoctor.width import narrow, offsets, rows
 
 # A device op starts this long after the op it waited for at most (the device's own latency); a longer
@@ -478,7 +479,7 @@ def _step_floor(start: np.ndarray, steps: Steps) -> np.ndarray:
     if not lows.size or np.any(lows[1:] < lows[:-1]):
         return np.full(start.size, lowest)
     reach = np.maximum.accumulate(steps.ends)
-    cuts = np.unique(np.concatenate([lows, reach]))  # pieces: (−inf, c0], (c0, c1], …, (c_last, inf)
+    cuts = distinct(np.concatenate([lows, reach]))  # pieces: (−inf, c0], (c0, c1], …, (c_last, inf)
     probe = np.append(cuts, cuts[-1] + 1)  # a time in each piece (the floor is the same across it)
     at = np.searchsorted(lows, probe, side="left") - 1  # the last step that started before
     inside = np.searchsorted(reach, probe, side="left")  # the first step that ends at or after
@@ -495,7 +496,7 @@ def _blocking(tl: Timeline) -> dict[int, iv.Intervals]:
         return {}
     rows = api["name"].where(lambda name: bool(BLOCKING_API.match(str(name))))
     s, e, tid = api.col("start")[rows], api.col("end")[rows], api.col("tid")[rows]
-    return {int(t): iv.union(s[tid == t], e[tid == t]) for t in np.unique(tid).tolist()}
+    return {int(t): iv.union(s[tid == t], e[tid == t]) for t in distinct(tid).tolist()}
 
 
 def rank_path(tl: Timeline, ops: Ops, edges: Edges, steps: Steps, instances: np.ndarray,

@@ -22,6 +22,7 @@ import numpy as np
 from perfdoctor.blame.causes import CAUSES, CODE, HOST_RANGES
 from perfdoctor.blame.graph import Edges, Ops
 from perfdoctor.measure import intervals as iv
+from perfdoctor.table import distinct
 
 _NEVER = np.iinfo(np.int64).max  # the return of a blocking call after the last: later than every launch
 HOST_CAUSES = tuple(CODE[c] for c in CAUSES if c.startswith("host.") and c != "host.sync")
@@ -51,7 +52,7 @@ class Replay:
         binding = np.where(bind >= 0, ready[np.maximum(bind, 0)], start)
         # the latency an op had after the launch or edge that bound it; one that did not bind has none known
         launch_lat = np.where(launch == binding, start - launch, 0)
-        outside = np.unique(np.concatenate([s[(s >= 0) & ((s < first) | (s >= stop))] for s in (stream, event, wait)]))
+        outside = distinct(np.concatenate([s[(s >= 0) & ((s < first) | (s >= stop))] for s in (stream, event, wait)]))
         # ends in the replay: the step's ops (moved as they are replayed), then the outside sources (never moved)
         self.ends0 = np.concatenate([end, ops.end[outside]]).tolist()
         n = stop - first

@@ -41,6 +41,7 @@ from perfdoctor.blame.graph import EVENT_LOOKS, NONE, Ops, OpSource, edges, stre
 from perfdoctor.blame.path import HostSide, RankPath, StepWalks, Walk, _Walker
 from perfdoctor.measure.steps import Steps
 from perfdoctor.model import Timeline
+from perfdoctor.table import distinct
 
 # Ops in a window (one step at least): its graph, edges and lifting tables take about 100 bytes an op at
 # their peak. Tests shrink it to walk a trace in many windows.
@@ -124,7 +125,7 @@ class Parts:
         self.source, self.lo, self.hi = source, lo, hi
         big = max(source.starts, key=lambda s: s.size)
         a, b = int(np.searchsorted(big, lo, side="left")), int(np.searchsorted(big, hi, side="right"))
-        cuts = np.unique(big[a + WINDOW_OPS:b:WINDOW_OPS])  # every WINDOW_OPS-th start of the largest table
+        cuts = distinct(big[a + WINDOW_OPS:b:WINDOW_OPS])  # every WINDOW_OPS-th start of the largest table
         self.cuts = np.concatenate(([lo], cuts[cuts > lo])).astype(np.int64)  # part j: ops starting in [c_j, c_j+1)
         self.firsts = source.rank(self.cuts, "left")  # the place of each part's first op among all
         self.total = int(source.rank(np.array([HIGHEST]), "right")[0])

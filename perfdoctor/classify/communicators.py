@@ -20,7 +20,7 @@ import numpy as np
 from perfdoctor.classify.projection import kernel_launch_calls
 from perfdoctor.load.labels import matching
 from perfdoctor.model import Timeline
-from perfdoctor.table import Table, factorize
+from perfdoctor.table import Table, distinct, factorize
 
 GROUP_START = re.compile(r"^ncclGroupStart$")
 
@@ -57,7 +57,7 @@ def communicators(tl: Timeline, comm_idx: np.ndarray) -> Communicators:
     group_starts = matching(tl.nvtx, GROUP_START)
     r_start, r_end, r_tid = (calls[c] for c in ("start", "end", "tid"))
     of = none.of
-    for thread in np.unique(r_tid):
+    for thread in distinct(r_tid):
         mine = np.flatnonzero(call_tid == thread)
         if not mine.size:
             continue

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from perfdoctor.classify.kernels import classify_kernel
-from perfdoctor.table import Strings, Table
+from perfdoctor.table import Strings, Table, distinct
 
 CANDIDATES = ("dp", "tp", "cp", "pp", "ep")
 CONFIDENCE = ("low", "medium", "high")
@@ -231,7 +231,7 @@ def _ulysses(stream: np.ndarray, collective: Strings, winner: np.ndarray, strong
     if ruled_out[cp]:
         return
     p2p = collective.mask("send_recv", "all_to_all")
-    for s in np.unique(stream[p2p]):
+    for s in distinct(stream[p2p]):
         mine = p2p & (stream == s)
         if np.mean((winner[mine] == cp) & strong[mine]) >= ULYSSES_SHARE:
             winner[mine & (winner == pp) & ~strong] = cp
@@ -248,7 +248,7 @@ def _per_stream(kernels: Table, idx: np.ndarray, known: np.ndarray,
     dur = (kernels.col("end")[idx] - kernels.col("start")[idx]).astype(np.float64)
     for k in np.flatnonzero(share >= COMM_STREAM_SHARE):
         mine = of_comm == k
-        labelled = [int(g) for g in np.unique(known[mine]) if 0 <= g < len(CANDIDATES)]
+        labelled = [int(g) for g in distinct(known[mine]) if 0 <= g < len(CANDIDATES)]
         if len(labelled) == 1:
             winner[mine] = labelled[0]
             conf[mine] = CONFIDENCE.index("high")

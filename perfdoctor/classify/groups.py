@@ -31,7 +31,7 @@ from perfdoctor.classify.timeline import category_mask
 from perfdoctor.load.labels import labelled_rows, matching, message_codes, parse_label
 from perfdoctor.mapped import like
 from perfdoctor.model import Timeline
-from perfdoctor.table import Table, factorize
+from perfdoctor.table import Table, distinct, factorize
 
 GROUPS = (*CANDIDATES, "other")  # a candidate's index is its group code
 SOURCES = ("nvtx", "nccl_payload", "heuristic", "kineto_pg", "capture")
@@ -274,9 +274,9 @@ def _from_nvtx(tl: Timeline, comm_idx: np.ndarray, group: np.ndarray) -> None:
     ranges = tl.nvtx.take(rows)
     codes, messages = message_codes(tl.nvtx)
     mine = codes[rows]
-    distinct = np.unique(mine)
+    present = distinct(mine)
     group_of = np.zeros(messages.size, dtype=np.int8)
-    group_of[distinct] = [GROUPS.index(_group_of(messages[m])) for m in distinct]  # each message once
+    group_of[present] = [GROUPS.index(_group_of(messages[m])) for m in present]  # each message once
     c_start, c_end, c_tid = kernel_launch_calls(tl, comm_idx)
     which = enclosing_range(c_start, c_end, c_tid, ranges)
     hit = which != NO_RANGE

@@ -13,7 +13,7 @@ import numpy as np
 from perfdoctor.mapped import like
 from perfdoctor.memo import per_object
 from perfdoctor.model import Timeline
-from perfdoctor.table import Table, stable_order
+from perfdoctor.table import Table, distinct, stable_order
 
 NO_RANGE = -1
 # How many earlier-starting candidates to try when the latest-starting range on a thread ended before
@@ -123,7 +123,7 @@ def enclosing_range(call_start: np.ndarray, call_end: np.ndarray, call_tid: np.n
     r_end = ranges.col("end")
     r_tid = ranges.col("tid")
     same_thread = ranges.col("end_tid") < 0 if "end_tid" in ranges else np.ones(len(ranges), dtype=bool)
-    for t in np.unique(r_tid[same_thread]):
+    for t in distinct(r_tid[same_thread]):
         sel = np.flatnonzero(same_thread & (r_tid == t))
         sel = sel[np.argsort(r_start[sel], kind="stable")]
         starts, ends = r_start[sel], r_end[sel]

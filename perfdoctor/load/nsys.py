@@ -37,7 +37,7 @@ from perfdoctor.load.pieces import Pieces
 from perfdoctor.load.sqlite_export import SqliteExport
 from perfdoctor.mapped import taken
 from perfdoctor.model import GpuInfo, Timeline, TraceInfo
-from perfdoctor.table import Strings, Table, factorize, repeated
+from perfdoctor.table import Strings, Table, distinct, factorize, repeated
 from perfdoctor.width import code_type, fitted
 
 # Newest export schema we have seen documented (nsys 2026.5); newer ones are read with a warning.
@@ -283,7 +283,7 @@ def read_timelines(db: SqliteExport, info: TraceInfo, *, detail: bool = True) ->
     keys = sorted(set(pieces.pairs) | set(_pairs(replays) if replays is not None else []))
     if not keys:
         # CPU-only capture: one timeline per process that wrote NVTX ranges.
-        gpids = sorted({int(g) for g in np.unique(nvtx["tid"] & PID_MASK)}) if len(nvtx) else []
+        gpids = sorted({int(g) for g in distinct(nvtx["tid"] & PID_MASK)}) if len(nvtx) else []
         keys = [(g, None) for g in gpids]
         if not info.has_cuda:
             info.warnings.append(
@@ -396,7 +396,7 @@ def _pairs(table: Table) -> list[tuple[int, int]]:
     if device.min() < 0 or device.max() > ID_MASK:  # never in nsys' data: keep the pair exact anyway
         return list({(int(p), int(d)) for p, d in zip(table["global_pid"], device)})
     key = table["global_pid"] | device
-    keys = key[:1] if key.min() == key.max() else np.unique(key)
+    keys = key[:1] if key.min() == key.max() else distinct(key)
     return [(int(k) & PID_MASK, int(k) & ID_MASK) for k in keys]
 
 

@@ -28,7 +28,7 @@ import numpy as np
 from perfdoctor import mapped as mapped_columns
 from perfdoctor.errors import InputError
 from perfdoctor.heap import give_back_freed
-from perfdoctor.table import Table
+from perfdoctor.table import Table, distinct
 
 # In-memory rows of a file with several processes, summed over its tables, before they go to temporary
 # files: about two slices' worth. Below it (any sample, a per-node capture of a few steps) nothing is
@@ -169,7 +169,7 @@ class Pieces:
             held.nbytes += part.nbytes
             if "device_id" in part:
                 device = part["device_id"]
-                devices = device[:1] if device.min() == device.max() else np.unique(device)
+                devices = device[:1] if device.min() == device.max() else distinct(device)
                 self.pairs.update((process, int(d)) for d in devices)
             self._held += part.nbytes
             if self._spilling:

@@ -30,7 +30,7 @@ from perfdoctor.measure.host import CAUSES, HostGaps
 from perfdoctor.measure.steps import Steps, step_at
 from perfdoctor.model import Timeline
 from perfdoctor.records import Lazy
-from perfdoctor.table import Table
+from perfdoctor.table import Table, distinct
 from perfdoctor.width import narrow, offsets, rows, widened
 
 # CUDA API calls shorter than this are launch overhead, not "what the CPU was doing" before an arrival.
@@ -88,7 +88,7 @@ def collectives(tl: Timeline, steps: Steps, groups: GroupLabels) -> Collectives:
     step_of = np.clip(step_at(steps.starts, start), 0, max(len(steps) - 1, 0))
     before = steps.starts[step_of] if len(steps) else start.copy()
     prev_end = np.full(start.size, np.iinfo(np.int64).min, dtype=np.int64)
-    for g in np.unique(group):
+    for g in distinct(group):
         mine = np.flatnonzero(group == g)
         prev_end[mine[1:]] = np.maximum.accumulate(end[mine[:-1]])
     before = np.minimum(np.maximum(before, prev_end), start)
@@ -99,7 +99,7 @@ def collectives(tl: Timeline, steps: Steps, groups: GroupLabels) -> Collectives:
         before_compute=zero, before_other_comm=zero.copy(), before_idle={c: zero.copy() for c in CAUSES},
         long_calls=_long_calls(tl.api), step_starts=steps.starts, step_ends=steps.ends,
         session_start_utc_ns=tl.trace.session_start_utc_ns,
-        exposed={GROUPS[g]: ([], []) for g in np.unique(group)},  # the windows' parts, joined by finish()
+        exposed={GROUPS[g]: ([], []) for g in distinct(group)},  # the windows' parts, joined by finish()
     )
 
 
@@ -109,7 +109,7 @@ def add_context(c: Collectives, owns: tuple[int, int], act: Activity, by_group: 
     before an arrival lies in the arrival's step, inside the window's span."""
     a, b = np.searchsorted(c.start, owns, side="left")
     group, before, start = c.group[a:b], c.before_start[a:b], c.start[a:b]
-    for g in np.unique(group):
+    for g in distinct(group):
         mine = np.flatnonzero(group == g)
         rest = iv.subtract(act.comm, by_group.busy[g])
         c.before_other_comm[a + mine] = iv.overlap_per_interval(before[mine], start[mine], rest)

@@ -21,7 +21,7 @@ import numpy as np
 from perfdoctor.classify.groups import GROUPS, GroupLabels
 from perfdoctor.classify.timeline import class_codes, name_pairs
 from perfdoctor.measure.steps import Steps
-from perfdoctor.table import Table, factorize
+from perfdoctor.table import Table, distinct, factorize
 
 REDUCTIONS = ("all_reduce", "reduce_scatter", "reduce")
 _DTYPE = re.compile(
@@ -89,5 +89,5 @@ def comm_stats(kernels: Table, kcls: Table, groups: GroupLabels,
         out[g] = GroupCommStats(float(np.median(per_step)) if per_step.size else 0.0,
                                 float(np.median(dur_ms[mine])) * 1e3,
                                 dict(sorted((str(colls[c]), int(counts[c])) for c in np.flatnonzero(counts))),
-                                dict(sorted((str(dtype_names[d]), float(ms[d])) for d in np.unique(dtype[typed]))))
+                                dict(sorted((str(dtype_names[d]), float(ms[d])) for d in distinct(dtype[typed]))))
     return out

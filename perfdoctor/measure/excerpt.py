@@ -24,7 +24,7 @@ from perfdoctor.measure.host import CAUSES, HostContext, host_gaps
 from perfdoctor.measure.layernorm import blocked_norms
 from perfdoctor.measure.steps import Steps
 from perfdoctor.model import Timeline
-from perfdoctor.table import Table
+from perfdoctor.table import Table, distinct
 
 WIDTH_PX = 1600  # the plot's drawing width the merge threshold is computed for
 MAX_RECTS = 4000  # per timeline, kernels after merging
@@ -135,7 +135,7 @@ def merge_runs(start: np.ndarray, end: np.ndarray, stream: np.ndarray, category:
     run_category = category[first].copy()
     if mixed:
         changes = np.flatnonzero(~new[1:] & ~same_cat) + 1  # continuations that switch category
-        run_category[np.unique(group[changes])] = "mixed"
+        run_category[distinct(group[changes])] = "mixed"
     return {"stream": stream[first], "start": start[first], "end": ends, "category": run_category,
             "name": name[head], "count": np.diff(np.append(first, n))}
 

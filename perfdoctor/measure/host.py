@@ -39,7 +39,7 @@ from perfdoctor.measure import intervals as iv
 from perfdoctor.measure.steps import Steps, step_at
 from perfdoctor.memo import per_object
 from perfdoctor.model import Timeline
-from perfdoctor.table import Table, factorize, starts_in_order
+from perfdoctor.table import Table, distinct, factorize, starts_in_order
 
 CAUSES = ("launch_bound", "sync", "gc", "data", "optimizer", "outside_ops", "other")
 DEVICE_WAIT = -1  # cause code of a gap the device waited out (a dependency, another rank): not host-caused
@@ -393,7 +393,7 @@ def _by_thread(spans: Table) -> dict[int, iv.Intervals]:
         return {}
     s_tid = spans.col("tid")
     out = {}
-    for thread in np.unique(s_tid):
+    for thread in distinct(s_tid):
         sel = s_tid == thread
         out[int(thread)] = iv.union(spans.col("start")[sel], spans.col("end")[sel])
     return out
@@ -403,7 +403,7 @@ def _covering_end(t: np.ndarray, tid: np.ndarray, covers: dict[int, iv.Intervals
     """For instants known to lie inside one of the spans ``covers`` holds for their thread: when that
     (merged) span ends."""
     out = t.copy()
-    for thread in np.unique(tid):
+    for thread in distinct(tid):
         if (cover := covers.get(int(thread))) is None:
             continue
         mine = np.flatnonzero(tid == thread)

@@ -26,7 +26,7 @@ from perfdoctor.measure import intervals as iv
 from perfdoctor.measure.steps import Steps
 from perfdoctor.measure.stream_order import previous_on_stream
 from perfdoctor.model import Timeline
-from perfdoctor.table import Table
+from perfdoctor.table import Table, distinct
 
 START_SLACK_NS = 20_000  # the norm starts right after the NCCL kernel ends
 MIN_DELAY_NS = 20_000  # shorter waits are launch latency, not blocking
@@ -64,7 +64,7 @@ def blocked_norms(tl: Timeline, kcls: Table, steps: Steps) -> BlockedNorms:
 
     holds = np.zeros(norms.size, dtype=bool)
     blocker = np.full(norms.size, -1, dtype=np.int64)
-    for s_id in np.unique(stream[norms]):
+    for s_id in distinct(stream[norms]):
         mine = np.flatnonzero(stream[norms] == s_id)
         others = np.flatnonzero(comm & (stream != s_id))
         if not others.size:
@@ -107,7 +107,7 @@ def _stream_wait_between(api: Table, tid: np.ndarray, lo: np.ndarray, hi: np.nda
     if not waits.any():
         return result
     w_tid, w_start = api.col("tid")[waits], api.col("start")[waits]
-    for thread in np.unique(tid):
+    for thread in distinct(tid):
         mine = np.flatnonzero(tid == thread)
         times = w_start[w_tid == thread]
         if not np.all(times[1:] >= times[:-1]):  # calls usually come in start order already

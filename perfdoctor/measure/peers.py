@@ -28,6 +28,7 @@ from perfdoctor.measure import grouped
 from perfdoctor.measure import intervals as iv
 from perfdoctor.measure.collectives import Collectives
 from perfdoctor.measure.host import CAUSES
+from perfdoctor.table import distinct
 
 NS_PER_MS = 1e6
 # Below this share of a rank's instances of a group matched with every peer, its split is unknown.
@@ -161,7 +162,7 @@ def _instances(cols: Mapping[int, Collectives], config: dict[str, Any],
     group, comm, stream, seq, start, end = (list(column) for column in zip(*parts))
     del parts
     # Communicators as codes in the order of their ids (few per rank: no sort of every instance's id).
-    comm_ids = np.unique(np.concatenate([np.unique(c) for c in comm]))
+    comm_ids = distinct(np.concatenate([np.unique(c) for c in comm]))
     frame = {"rank": np.repeat(np.array(ranks, dtype=np.int64), [len(g) for g in group]),
              "g": np.concatenate(group), "c": np.concatenate([np.searchsorted(comm_ids, c) for c in comm]),
              "stream": np.concatenate(stream), "seq": np.concatenate(seq), "start": np.concatenate(start),

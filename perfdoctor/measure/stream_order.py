@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from perfdoctor.table import distinct
+
 
 def previous_on_stream(rows: np.ndarray, stream: np.ndarray) -> np.ndarray:
     """For each kernel row of ``rows``, the row of the kernel before it on its stream (−1: none).
@@ -14,7 +16,7 @@ def previous_on_stream(rows: np.ndarray, stream: np.ndarray) -> np.ndarray:
     sorting every kernel by (stream, start).
     """
     prev = np.full(rows.size, -1, dtype=np.int64)
-    for s_id in np.unique(stream[rows]):
+    for s_id in distinct(stream[rows]):
         mine = np.flatnonzero(stream[rows] == s_id)
         on_stream = np.flatnonzero(stream == s_id)
         pos = np.searchsorted(on_stream, rows[mine]) - 1

@@ -27,7 +27,7 @@ from perfdoctor.classify.timeline import category_mask, class_mask
 from perfdoctor.measure.steps import Steps
 from perfdoctor.measure.stream_order import previous_on_stream
 from perfdoctor.model import Timeline
-from perfdoctor.table import Table
+from perfdoctor.table import Table, distinct
 
 START_SLACK_NS = 5_000  # the comm kernel starts right after the GEMM ends
 MIN_DELAY_NS = 2_000  # shorter waits are dispatch latency
@@ -77,7 +77,7 @@ def _last_gemm_launched_before(comm: np.ndarray, gemm: np.ndarray, call_start: n
     """Row of the GEMM whose launch call came last before each comm kernel's, by the same thread and
     on another stream; -1 where there is none."""
     out = np.full(comm.size, -1, dtype=np.int64)
-    for tid in np.unique(call_tid[comm]):
+    for tid in distinct(call_tid[comm]):
         mine = np.flatnonzero(call_tid[comm] == tid)
         theirs = gemm[call_tid[gemm] == tid]
         if not theirs.size:

@@ -33,7 +33,7 @@ import numpy as np
 from perfdoctor.classify.projection import rows_of
 from perfdoctor.measure.steps import Steps
 from perfdoctor.model import Timeline
-from perfdoctor.table import Table, starts_in_order
+from perfdoctor.table import Table, distinct, starts_in_order
 
 # Kernels per window (a window holds at least one whole step): its interval sets and per-kernel temporaries
 # are about 100 bytes a kernel, so a window's measurement holds some 25 MB. Measured at 10M kernels (peak RSS
@@ -124,7 +124,7 @@ def _rows(table: Table, starts: _Starts, lo: int, hi: int, still_open: np.ndarra
     if after and b < starts.start.size:
         parts.append(starts.rows(b, b + 1))
     rows = np.concatenate(parts).astype(np.int64)
-    return rows if starts.order is None else np.unique(rows)
+    return rows if starts.order is None else distinct(rows)
 
 
 def _run(rows: np.ndarray) -> np.ndarray | slice:
