@@ -303,3 +303,17 @@ def test_a_parts_calls_find_the_steps_next_call(trace, monkeypatch):
             assert found == expected, (j, c1)
             beyond += at == mine.size and expected is not None
     assert beyond  # some next calls lie in a later part
+
+
+def test_latest_is_the_stable_sorts_last():
+    """window._latest: the k largest as the last k of a stable argsort, ties to the later, a tail or not."""
+    rng = np.random.default_rng(5)
+    for trial in range(400):
+        n = int(rng.integers(0, 3 * window.LATEST_TAIL))
+        values = rng.integers(0, int(rng.integers(1, 50_000)), n)
+        if trial % 3 == 0:
+            values = np.sort(values)  # ends nearly sorted, as a margin's are
+        if trial % 5 == 0 and n:
+            values[rng.integers(0, n)] = 10**12  # one early op ending last
+        for k in (1, 3):
+            assert window._latest(values, k).tolist() == np.argsort(values, kind="stable")[-k:].tolist()

@@ -69,3 +69,27 @@ def test_no_thread_outlives_the_analysis() -> None:
     before = {t.ident for t in threading.enumerate()}
     api.analyze([REAL_H100], jobs=2)
     assert {t.name for t in threading.enumerate() if t.ident not in before} == set()
+
+
+def test_on_demand_computes_once_for_every_thread_that_asks():
+    """Two threads asking at once for an on-demand result get the one value, computed once."""
+    import threading
+    import time
+
+    from perfdoctor.cores import on_demand
+
+    calls = []
+
+    def slow(x):
+        calls.append(x)
+        time.sleep(0.05)
+        return [x]
+
+    later = on_demand(slow, 7)
+    got = []
+    threads = [threading.Thread(target=lambda: got.append(later.result())) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert calls == [7] and all(g is got[0] for g in got) and got[0] == [7]
