@@ -152,17 +152,16 @@ def _neighbours(kernels: Table, codes: np.ndarray, idx: np.ndarray) -> dict[str,
 
 def _computes_before(seq: np.ndarray, position: np.ndarray) -> np.ndarray:
     """How many compute kernels (codes >= 0 in the launch-order ``seq``) come before each launch position,
-    counted a slice at a time: no array of every compute kernel's position. Each is a search among the
-    slice's compute kernels, not a running count of them (numpy's cumsum holds the interpreter lock that
-    the measurements beside want)."""
+    counted a slice at a time: no array of every compute kernel's position."""
     out = np.empty(position.size, dtype=np.int64)
     slice_of = position // SLICE
     base = 0
     for s, lo in enumerate(range(0, seq.size, SLICE)):
-        compute = np.flatnonzero(seq[lo:lo + SLICE] >= 0)
+        compute = seq[lo:lo + SLICE] >= 0
         if (mine := np.flatnonzero(slice_of == s)).size:
-            out[mine] = np.searchsorted(compute, position[mine] - lo) + base
-        base += compute.size
+            before = np.concatenate(([0], np.cumsum(compute, dtype=np.int64)))
+            out[mine] = before[position[mine] - lo] + base
+        base += int(np.count_nonzero(compute))
     return out
 
 
