@@ -274,20 +274,38 @@ def _count(rows: np.ndarray | slice, length: int) -> int:
 
 def distinct(values: np.ndarray) -> np.ndarray:
     """``np.unique(values)``: for integers of a small range (stream ids, codes) which of them occur, marked in
-    a table of the range, neither sorted nor hashed (one pass for a few values among millions); others
+    a table of the range (:func:`_dense`, as :func:`factorize` sorted), neither sorted nor hashed; others
     sorted, by np.unique asked for counts too (plain, numpy 2.3+ hashes them, and asks numpy.ma whether the
     array is masked: importing it took 8 ms of start-up, inside the critical path's first window at 1M)."""
     if not values.size:
         return values.flatten()
-    if values.dtype.kind in "iu":
-        lo, hi = int(values.min()), int(values.max())
-        if hi - lo <= _DENSE_SPAN_PER_ROW * values.size + 1024:
-            # the offsets from the smallest, in [0, hi - lo]: exact when read unsigned (int8 -106..127 wraps)
-            offset = (values - values.dtype.type(lo)).view(values.dtype.str.replace("i", "u"))
-            present = np.zeros(hi - lo + 1, dtype=bool)
-            present[offset] = True
-            return (np.flatnonzero(present) + lo).astype(values.dtype)
+    if (dense := _dense(values)) is not None:
+        numbers, shifted, span = dense
+        # in the values' own type, wrapping around exactly as the shift did
+        return (np.flatnonzero(_present(shifted, span)).astype(numbers.dtype) + numbers.min()).astype(values.dtype)
     return np.unique(values, return_counts=True)[0]
+
+
+def _dense(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, int] | None:
+    """For integers (or booleans) of a small range: the values as numbers (booleans as bytes, narrow signed
+    integers widened: an int8 −100..100 shifted would wrap), their offsets from the smallest as int64, and
+    the range's size; None for any others."""
+    if values.dtype.kind not in "iub":
+        return None
+    lo, hi = int(values.min()), int(values.max())
+    if hi - lo > _DENSE_SPAN_PER_ROW * values.size + 1024:
+        return None
+    numbers = values.view(np.uint8) if values.dtype.kind == "b" else values
+    if numbers.dtype.kind == "i" and numbers.dtype.itemsize < 8:
+        numbers = numbers.astype(np.int64)
+    return numbers, (numbers - numbers.min()).astype(np.int64), hi - lo + 1
+
+
+def _present(shifted: np.ndarray, span: int) -> np.ndarray:
+    """Which offsets of the range (:func:`_dense`) occur."""
+    present = np.zeros(span, dtype=bool)
+    present[shifted] = True
+    return present
 
 
 def factorize(values: np.ndarray, *, sort: bool = False, keep_missing: bool = False) -> tuple[np.ndarray, np.ndarray]:
@@ -301,27 +319,21 @@ def factorize(values: np.ndarray, *, sort: bool = False, keep_missing: bool = Fa
     n = values.size
     if n == 0:
         return np.zeros(0, dtype=np.int64), values[:0]
-    if values.dtype.kind in "iub":
-        lo, hi = int(values.min()), int(values.max())
-        if hi - lo <= _DENSE_SPAN_PER_ROW * n + 1024:
-            numbers = values.view(np.uint8) if values.dtype.kind == "b" else values
-            if numbers.dtype.kind == "i" and numbers.dtype.itemsize < 8:  # a shift past its type's range
-                numbers = numbers.astype(np.int64)  # (int8 codes −100..100) would wrap: widened first
-            shifted = (numbers - numbers.min()).astype(np.int64)  # in the values' own type: no overflow
-            if sort:  # which values occur is enough: no first appearances to find
-                present = np.zeros(hi - lo + 1, dtype=bool)
-                present[shifted] = True
-                distinct = np.flatnonzero(present)
-                code_of = np.cumsum(present, dtype=np.int64) - 1
-                # In the values' own type, wrapping around exactly as the shift did.
-                return code_of[shifted], (distinct.astype(numbers.dtype) + numbers.min()).astype(values.dtype)
-            first = np.full(hi - lo + 1, n, dtype=np.int64)
-            np.minimum.at(first, shifted, np.arange(n))
-            distinct = np.flatnonzero(first < n)
-            distinct = distinct[np.argsort(first[distinct], kind="stable")]
-            code_of = np.zeros(first.size, dtype=np.int64)
-            code_of[distinct] = np.arange(distinct.size)
-            return code_of[shifted], values[first[distinct]]
+    if (dense := _dense(values)) is not None:
+        numbers, shifted, span = dense
+        if sort:  # which values occur is enough: no first appearances to find
+            present = _present(shifted, span)
+            code_of = np.cumsum(present, dtype=np.int64) - 1
+            # In the values' own type, wrapping around exactly as the shift did.
+            distinct = (np.flatnonzero(present).astype(numbers.dtype) + numbers.min()).astype(values.dtype)
+            return code_of[shifted], distinct
+        first = np.full(span, n, dtype=np.int64)
+        np.minimum.at(first, shifted, np.arange(n))
+        distinct = np.flatnonzero(first < n)
+        distinct = distinct[np.argsort(first[distinct], kind="stable")]
+        code_of = np.zeros(first.size, dtype=np.int64)
+        code_of[distinct] = np.arange(distinct.size)
+        return code_of[shifted], values[first[distinct]]
     if values.dtype.kind in "iufbmM":
         distinct, first, inverse = np.unique(values, return_index=True, return_inverse=True, equal_nan=True)
         inverse = inverse.reshape(-1).astype(np.int64, copy=False)
