@@ -123,6 +123,29 @@ def test_each_column_s_arrow_chunks_are_freed_before_the_next_is_copied(tmp_path
     assert still_held and not any(still_held)
 
 
+def test_a_value_past_the_narrow_type_in_a_later_chunk_keeps_the_column_as_read(tmp_path) -> None:
+    """A slice comes as several Arrow chunks (65,536 rows each), each checked as it is cast into the narrow
+    column: a value past int32 in the third chunk, after two chunks were already cast, gives the column as
+    read (int64), every value intact."""
+    path = tmp_path / "t.sqlite"
+    rows = 3 * 65_536 + 10
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE events (start INTEGER NOT NULL, dur INTEGER NOT NULL)")
+        conn.executemany("INSERT INTO events VALUES (?, ?)", ((i, i % 1000) for i in range(rows)))
+        conn.execute("UPDATE events SET dur = ? WHERE rowid = ?", (-(2**31) - 1, 2 * 65_536 + 7))
+    db = SqliteExport(path)
+    try:
+        parts = [part for _, part in db.read_many([("events", {"start": "start", "dur": "dur"})], rows=rows,
+                                                  narrow={"events": {"start": np.int32, "dur": np.int32}})]
+    finally:
+        db.close()
+    assert len(parts) == 1 and len(parts[0]) == rows
+    assert str(parts[0]["start"].dtype) == "int32" and str(parts[0]["dur"].dtype) == "int64"
+    want = np.arange(rows) % 1000
+    want[2 * 65_536 + 6] = -(2**31) - 1
+    assert np.array_equal(parts[0]["start"], np.arange(rows)) and np.array_equal(parts[0]["dur"], want)
+
+
 def test_connectorx_reader_is_loaded_without_its_package_and_the_package_takes_it_after():
     """The reader is connectorx's compiled module on its own (its package's __init__ looks up its version
     through importlib.metadata: 11 ms); a later import of the package uses that module, not a second one."""

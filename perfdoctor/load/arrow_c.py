@@ -96,11 +96,10 @@ def _join(arrays: list[ArrowArray], formats: list[bytes], narrow: type[np.intege
     nulls = sum(a.null_count for a in arrays) > 0
     if fmt in NUMBERS or fmt == b"b":
         dtype = np.dtype(NUMBERS.get(fmt, np.bool_))
-        kind = dtype
-        fitting = narrow is not None and not nulls and dtype.kind in "iu"
-        if fitting and all(fits(_values(a, dtype), narrow) for a in arrays):
-            kind = np.dtype(narrow)  # each chunk cast as it is copied
-        out = np.empty(total, dtype=np.float64 if nulls else kind)
+        narrowed = _narrowed(arrays, dtype, narrow) if narrow is not None and not nulls and dtype.kind in "iu" else None
+        if narrowed is not None:
+            return narrowed
+        out = np.empty(total, dtype=np.float64 if nulls else dtype)
         at = 0
         for a in arrays:
             out[at:at + a.length] = _values(a, dtype)
@@ -117,6 +116,21 @@ def _join(arrays: list[ArrowArray], formats: list[bytes], narrow: type[np.intege
         out[:] = values
         return out
     raise ValueError(f"Arrow type {fmt.decode(errors='replace')!r} is not read")
+
+
+def _narrowed(arrays: list[ArrowArray], dtype: np.dtype, narrow: type[np.integer]) -> np.ndarray | None:
+    """The chunks of a NULL-free integer column copied into one array of type ``narrow``, each chunk checked
+    (:func:`perfdoctor.width.fits`) just before it is cast into place, while it is still in the cache; None
+    at the first chunk whose values do not all fit (the caller copies the column as it is)."""
+    out = np.empty(sum(a.length for a in arrays), dtype=narrow)
+    at = 0
+    for a in arrays:
+        values = _values(a, dtype)
+        if not fits(values, narrow):
+            return None
+        out[at:at + a.length] = values
+        at += a.length
+    return out
 
 
 def _buffer(a: ArrowArray, i: int, dtype: np.dtype, count: int) -> np.ndarray:
