@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from perfdoctor.blame.graph import EVENT, LAUNCH, STREAM, device_ops, edges
+from perfdoctor.blame.graph import EVENT, LAUNCH, NONE, STREAM, device_ops, edges
 from perfdoctor.classify.groups import label_groups
 from perfdoctor.classify.timeline import copy_classes, kernel_classes
 from perfdoctor.load.run import load_trace
@@ -30,19 +30,22 @@ def _graph(path: Path):
 @pytest.mark.parametrize("fmt", ["sqlite", "kineto"])
 def test_each_dependency_kind_binds_where_the_simulator_made_it(tmp_path: Path, fmt: str) -> None:
     ops, e = _graph(run_scenario(SCENARIOS / "exposed_cp.yaml", tmp_path, fmt=fmt)[0])
-    bound = e.bind >= 0
-    kind = e.kind[e.bind[bound]]
+    bound = e.kind != NONE
+    kind = e.kind[bound]
     assert {LAUNCH, STREAM, EVENT} <= set(kind.tolist())
-    # A binding edge was satisfied no later than the op started, and its source ended by then.
-    assert (e.ready[e.bind[bound]] <= ops.start[bound]).all()
-    dev = e.src[e.bind[bound]]
+    # A binding edge was satisfied no later than the op started, and its source ended by then; an op without
+    # an edge is ready when it starts, and a launch edge's source is the host.
+    assert (e.ready[bound] <= ops.start[bound]).all() and (e.ready[~bound] == ops.start[~bound]).all()
+    assert (e.src[e.kind == LAUNCH] == NONE).all() and (e.src[e.kind > LAUNCH] >= 0).all()
+    dev = e.src[bound]
     assert (ops.end[dev[dev >= 0]] <= ops.start[bound][dev >= 0]).all()
     # Event edges join different streams; stream edges the same one.
-    ev = np.flatnonzero(bound)[kind == EVENT]
-    st = np.flatnonzero(bound)[kind == STREAM]
-    assert (ops.stream[e.src[e.bind[ev]]] != ops.stream[ev]).all()
-    assert (ops.stream[e.src[e.bind[st]]] == ops.stream[st]).all()
-    recorded = ~e.inferred[e.bind[ev]]
+    ev = np.flatnonzero(e.kind == EVENT)
+    st = np.flatnonzero(e.kind == STREAM)
+    assert (ops.stream[e.src[ev]] != ops.stream[ev]).all()
+    assert (ops.stream[e.src[st]] == ops.stream[st]).all()
+    assert not e.inferred[e.kind != EVENT].any()
+    recorded = ~e.inferred[ev]
     if fmt == "sqlite":  # cudaStreamWaitEvent left a synchronization record
         assert recorded.mean() > 0.5
     else:

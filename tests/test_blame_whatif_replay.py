@@ -29,9 +29,7 @@ class LoopReplay(Replay):
         self.launch = ops.launch[mine].tolist()
         self.stream_src, self.event_src = edges.stream_src[mine].tolist(), edges.event_src[mine].tolist()
         self.wait_src = edges.wait_src[mine].tolist()
-        bind = edges.bind[mine]
-        ready = edges.ready if len(edges.ready) else np.zeros(1, dtype=np.int64)
-        self.binding = np.where(bind >= 0, ready[np.maximum(bind, 0)], ops.start[mine]).tolist()
+        self.binding = edges.ready[mine].tolist()
         self.syncs = {tid: [(int(a), int(b)) for a, b in zip(*calls) if lo <= b <= hi]
                       for tid, calls in walker.blocking.items()}
         self.last_op = first + int(np.argmax(np.minimum(ops.end[first:stop], hi))) if stop > first else -1

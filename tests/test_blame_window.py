@@ -82,9 +82,8 @@ def test_the_default_window_walks_the_whole_graphs_paths(cases):
 def _described(ops, e, rows) -> np.ndarray:
     """Per op in ``rows``: its binding edge (kind, ready, inferred) and its binding, stream, event and
     stream-wait sources as ops (their columns, not their index)."""
-    at = np.where(e.bind[rows] >= 0, e.bind[rows], e.kind.size)  # (no edge: the fill appended to each column)
-    key = [np.append(e.kind, -1)[at], np.append(e.ready, 0)[at], np.append(e.inferred, False)[at]]
-    for src in (np.append(e.src, -1)[at], e.stream_src[rows], e.event_src[rows], e.wait_src[rows]):
+    key = [e.kind[rows], e.ready[rows], e.inferred[rows]]
+    for src in (e.src[rows], e.stream_src[rows], e.event_src[rows], e.wait_src[rows]):
         key += [np.where(src >= 0, col[np.maximum(src, 0)], -1) for col in (ops.start, ops.end, ops.stream,
                                                                              ops.kernel)]
     return np.stack([np.asarray(k, dtype=np.int64) for k in key])

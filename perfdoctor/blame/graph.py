@@ -75,14 +75,14 @@ def _columns(ops: Ops) -> tuple[np.ndarray, ...]:
 
 @dataclass(frozen=True)
 class Edges:
-    """Dependency edges as columns, and per op its binding edge (aligned with the ops)."""
+    """Per op its binding edge: of its launch, stream and (inferred) event edges the one satisfied last (on a
+    tie the device edge, the later kind), which is all the walk and the replay follow; and per op the sources
+    of its other edges."""
 
-    src: np.ndarray  # op index, −1 for the host (launch edges)
-    dst: np.ndarray
-    kind: np.ndarray  # int8: LAUNCH, STREAM or EVENT
-    inferred: np.ndarray  # bool
-    ready: np.ndarray  # when the edge was satisfied (source end; launch call start)
-    bind: np.ndarray  # per op: the index into these columns of its binding edge, −1 when it has none
+    kind: np.ndarray  # int8 per op: the binding edge's LAUNCH, STREAM or EVENT; NONE where the op has no edge
+    src: np.ndarray  # per op: the binding edge's source op; NONE for a launch edge (the host) or no edge
+    ready: np.ndarray  # per op: when its binding edge was satisfied (source's end; launch call's start), else its start
+    inferred: np.ndarray  # bool per op: its binding edge is an event edge the trace did not record
     # per op, the sources of its stream and event edges (−1: none): the replay (blame/whatif.py) reads them
     stream_src: np.ndarray
     event_src: np.ndarray
@@ -188,7 +188,7 @@ def _kernel_causes(kcls: Table, groups: GroupLabels) -> np.ndarray:
 
 
 def edges(ops: Ops, sync: Table | dict[int, np.ndarray]) -> Edges:
-    """Every op's launch, stream and (inferred) event edges, and its binding edge. Op indices are int32 (a
+    """Every op's binding edge among its launch, stream and (inferred) event edges. Op indices are int32 (a
     timeline holds fewer than 2**31 ops), but for the end order, int64 positions that gathers take as they
     are; each temporary is dropped once used: at 10M ops the graph is the rank's largest structure.
     ``sync``: the timeline's synchronization records, or their stream waits (:func:`stream_waits`, for
@@ -224,34 +224,18 @@ def edges(ops: Ops, sync: Table | dict[int, np.ndarray]) -> Edges:
     l_ready = np.where(has_launch, ops.launch, lowest)
     event = has_other & (ops.start - e_ready <= EVENT_EPS_NS) & (e_ready > s_ready) & (e_ready > l_ready)
     recorded = _recorded_waits(ops, prev, sync if isinstance(sync, dict) else stream_waits(sync))
-    has = (has_launch, has_prev, event)  # per kind (LAUNCH, STREAM, EVENT): which ops have the edge
-    # Binding edge per op: the latest ready; on a tie the device edge (the later kind) wins. The event
-    # edge exists only where it is later than the others.
-    bind_kind = np.full(n, NONE, dtype=np.int8)
-    bind_kind[has_launch] = LAUNCH
-    bind_kind[has_prev & (s_ready >= l_ready)] = STREAM
-    bind_kind[event] = EVENT
-    # Edge columns: the kept edges of each kind in turn, ops in order within a kind; an op's binding edge is
-    # its kind's offset plus its place among the ops with an edge of that kind, scattered to those ops (a
-    # 260k-op window: 19.5 ms for the graph, against 20.5 with a running count of each kind's ops).
-    with_edge = [np.flatnonzero(h) for h in has]
-    counts = [mine.size for mine in with_edge]
-    bind = np.full(n, NONE, dtype=index)
-    place = np.empty(n, dtype=index)
-    for kind_code, mine in enumerate(with_edge):
-        place[mine] = np.arange(sum(counts[:kind_code]), sum(counts[:kind_code + 1]), dtype=index)
-        rows = np.flatnonzero(bind_kind == kind_code)
-        bind[rows] = place[rows]
-    del place
-    del bind_kind
-    kind = np.repeat(np.array([LAUNCH, STREAM, EVENT], dtype=np.int8), counts)
-    src = np.concatenate([np.full(counts[0], NONE, dtype=index), prev[has_prev], other[event]])
-    dst = np.concatenate([mine.astype(index) for mine in with_edge])
-    del with_edge
-    ready = np.concatenate([l_ready[has_launch], s_ready[has_prev], e_ready[event]])
-    del s_ready, e_ready, l_ready
-    inferred = np.concatenate([np.zeros(counts[0] + counts[1], dtype=bool), ~recorded[event]])
-    return Edges(src, dst, kind, inferred, ready, bind, prev, np.where(event, other, NONE),
+    # Binding edge per op: the latest ready; on a tie the device edge (the later kind) wins. The event edge
+    # exists only where it is later than the others. Kept per op, not as columns of every edge: the walk and
+    # the replay read an op's edges through its binding one alone (at 10M ops the edge columns, their
+    # concatenation and the places of the binding edges among them were a quarter of the graph's time).
+    kind = np.full(n, NONE, dtype=np.int8)
+    kind[has_launch] = LAUNCH
+    stream_bound = has_prev & (s_ready >= l_ready)
+    kind[stream_bound] = STREAM
+    kind[event] = EVENT
+    ready = np.where(event, e_ready, np.where(stream_bound, s_ready, np.where(has_launch, l_ready, ops.start)))
+    src = np.where(event, other, np.where(stream_bound, prev, NONE)).astype(index, copy=False)
+    return Edges(kind, src, ready, event & ~recorded, prev, np.where(event, other, NONE),
                  np.where(recorded & ~event & has_other, other, NONE), by_end)
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
@@ -209,8 +209,7 @@ class _Walker:
         what lies before stops there (:meth:`run`)."""
         # numpy columns, read an element at a time only where the walk leaves a device chain (few per step)
         self.start, self.end, self.cause, self.tid = ops.start, ops.end, ops.cause, ops.tid
-        self.bind, self.kind, self.src = edges.bind, edges.kind, edges.src
-        self.ready, self.inferred = edges.ready, edges.inferred
+        self.kind, self.src, self.ready = edges.kind, edges.src, edges.ready
         self.by_end = edges.by_end
         self.ends = ops.end[self.by_end]
         self.side = host if host is not None else HostSide(tl, [ops.tid])
@@ -228,16 +227,11 @@ class _Walker:
         in the whole capture. The one op beyond that a walk takes (the op at or before the step's start) is
         ``link``'s."""
         n = len(ops)
-        b = np.maximum(edges.bind, 0).astype(np.intp)  # gathered by four times: converted once, not per gather
-        has = (edges.bind >= 0) if n else np.zeros(0, dtype=bool)
-        if n and not len(edges.ready):  # no op has an edge (no launch calls, one op per stream): one
-            edges = replace(edges, src=np.full(1, NONE), kind=np.zeros(1, dtype=np.int8),  # to index, unbound
-                            inferred=np.zeros(1, dtype=bool), ready=np.zeros(1, dtype=np.int64))
-        ready = np.minimum(edges.ready[b], ops.start) if n else np.zeros(0, dtype=np.int64)
-        link = has & (edges.kind[b] != LAUNCH) & (ops.start - ready <= START_LATENCY_NS) if n else has
-        self.link = np.where(link, edges.src[b], NONE).astype(np.intp) if n else np.zeros(0, dtype=np.int64)
+        ready = np.minimum(edges.ready, ops.start)
+        link = (edges.kind > LAUNCH) & (ops.start - ready <= START_LATENCY_NS)  # a device edge (NONE < LAUNCH)
+        self.link = np.where(link, edges.src, NONE).astype(np.intp)
         self.link_ready = ready
-        self.link_inferred = (edges.inferred[b] & link) if n else np.zeros(0, dtype=bool)
+        self.link_inferred = edges.inferred & link
         self.starts = ops.start
         self.causes = ops.cause
         floor = _step_floor(ops.start, steps)
@@ -371,12 +365,12 @@ class _Walker:
             w.at = "done"
             if s <= lo:
                 break
-            b = self.bind[n]
-            if b == NONE:
+            kind = self.kind[n]
+            if kind == NONE:
                 w.residual += s - lo
                 break
-            r = self.ready[b]
-            if self.kind[b] == LAUNCH:
+            r = self.ready[n]
+            if kind == LAUNCH:
                 seg.add(max(r, lo), s, CODE["host.launch"], n)
                 if r > lo:
                     w.at, w.t, w.tid, w.host_turns = "host", r, int(self.tid[n]), w.limit
@@ -384,7 +378,7 @@ class _Walker:
             r = min(r, s)  # a device edge with a gap longer than the start latency: not explained
             w.residual += s - max(r, lo)
             if r > lo:
-                w.at, w.n, w.t = "op", int(self.src[b]), r
+                w.at, w.n, w.t = "op", int(self.src[n]), r
 
     def _tail_thread(self, t: int, hi: int, last_tid: int) -> int:
         """The thread that ended the step after the device finished at ``t``: the one whose blocking call

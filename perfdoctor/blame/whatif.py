@@ -47,9 +47,7 @@ class Replay:
         launch = ops.launch[mine]
         self.launch = launch.tolist()
         stream, event, wait = edges.stream_src[mine], edges.event_src[mine], edges.wait_src[mine]
-        bind = edges.bind[mine]
-        ready = edges.ready if len(edges.ready) else np.zeros(1, dtype=np.int64)  # no edge at all: none binds
-        binding = np.where(bind >= 0, ready[np.maximum(bind, 0)], start)
+        binding = edges.ready[mine]  # an op's start where no edge binds it
         # the latency an op had after the launch or edge that bound it; one that did not bind has none known
         launch_lat = np.where(launch == binding, start - launch, 0)
         outside = distinct(np.concatenate([s[(s >= 0) & ((s < first) | (s >= stop))] for s in (stream, event, wait)]))
