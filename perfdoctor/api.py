@@ -344,7 +344,8 @@ def analyze_timeline(tl: Timeline, config: dict[str, Any], excerpts: bool, trace
     (:func:`blame`, the largest single piece of work: it needs only the taxonomy, the group labels and the
     steps) is computed beside every other measurement (:func:`perfdoctor.cores.beside`), started as soon as
     its inputs are known; so are the launch statistics, which need the timeline's columns alone: counted
-    while the kernels are classified. One at a time, each comes when its result is asked for."""
+    while the kernels are classified; and the kernels' work (:func:`kernel_work`), beside the summary and the
+    metrics once the windows are measured. One at a time, each comes when its result is asked for."""
     launches_later = beside(host_side, tl) if tl.device_id is not None else None
     kcls = kernel_classes(tl.kernels)
     ccls = copy_classes(tl.memcpy)
@@ -370,6 +371,9 @@ def analyze_timeline(tl: Timeline, config: dict[str, Any], excerpts: bool, trace
     measured = measure_windows(tl, kcls, groups, steps, config, on_device, cols,
                                excerpts and steps is not None, trace_excerpts and steps is not None)
     trim()
+    # The kernels' work (one pass over every kernel) beside the summary and the metrics: the critical path
+    # ends about when the windows do, and the main thread's last passes were then the run's tail on one core.
+    work_later = beside(kernel_work, tl.kernels, kcls, steps) if steps is not None else None
     device = summarize(tl, kcls, ccls, steps, measured.ns)
     device.groups = groups.summary(tl.kernels)
     result = RankResult(info, device, None, None, None, None)
@@ -381,7 +385,7 @@ def analyze_timeline(tl: Timeline, config: dict[str, Any], excerpts: bool, trace
                                                        config)
     result.metrics |= graph_metrics(tl, steps)
     result.series = measured.series
-    if (work := kernel_work(tl.kernels, kcls, steps)) is not None:
+    if (work := work_later.result()) is not None:
         device.evidence["work"] = work
     if cols is not None:  # on a device: so is the critical path
         result.collectives = finish(cols)
