@@ -41,6 +41,8 @@ when a fresh paired measurement is more than twice it (a gross regression, not n
 from __future__ import annotations
 
 import argparse
+import importlib.metadata
+import importlib.util
 import json
 import os
 import re
@@ -95,6 +97,21 @@ def timed(what: str, path: Path, python: Path | str = sys.executable) -> list[st
 def cli(path: Path, bin_dir: Path) -> list[str]:
     """What a user runs: the installed console script, JSON report thrown away."""
     return perfdoctor("analyze", str(path), "--format", "json", "-o", os.devnull, bin_dir=bin_dir)
+
+
+def unmet_needs() -> list[str]:
+    """The packages this interpreter lacks for a run, to pip-install: checked before anything runs, so a
+    missing one is one line, not a traceback from every measured process's memory sampler or a wheel build
+    that fails after the arguments were taken. psutil samples the measured process trees
+    (benchmarks/paired.py; perfdoctor's distributed extra brings it); building the wheel without build
+    isolation needs setuptools' ``bdist_wheel``, built in from setuptools 70.1 and otherwise the wheel
+    package's (a fresh Python 3.11 venv has setuptools 65)."""
+    missing = [name for name in ("psutil", "setuptools") if importlib.util.find_spec(name) is None]
+    if "setuptools" not in missing and importlib.util.find_spec("wheel") is None:
+        major, minor = (int(part) for part in re.findall(r"\d+", importlib.metadata.version("setuptools"))[:2])
+        if (major, minor) < (70, 1):
+            missing.append("wheel")
+    return missing
 
 
 def install_wheel(tmp: Path) -> Path:
@@ -325,6 +342,8 @@ def main() -> None:
         _usage(f"unknown section(s) {', '.join(unknown)}; known: {', '.join(SECTIONS)}")
     if args.reps < 1 or args.big_reps < 1 or len(flat) != 2 or not 0 < flat[0] < flat[1]:
         _usage("--reps and --big-reps must be >= 1, --flat-ranks FEW,MANY with 0 < FEW < MANY")
+    if missing := unmet_needs():
+        _usage(f"this Python lacks {', '.join(missing)}: pip install {' '.join(missing)}")
     skipped = {s: "--quick" for s in BIG if args.quick and s in chosen}
     skipped |= {s: "not in --sections" for s in SECTIONS if s not in chosen}
     run = [s for s in SECTIONS if s not in skipped]

@@ -116,3 +116,19 @@ def test_unsorted_copy_holds_the_same_kernels_out_of_start_order(tmp_path, monke
     mtime = copy.stat().st_mtime_ns
     assert run_all.unsorted_copy(source) == copy and copy.stat().st_mtime_ns == mtime  # cached
     assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_what_the_interpreter_lacks_is_one_line_before_anything_runs(monkeypatch, capsys):
+    find_spec = run_all.importlib.util.find_spec
+    monkeypatch.setattr(run_all.importlib.util, "find_spec",
+                        lambda name: None if name in ("psutil", "wheel") else find_spec(name))
+    monkeypatch.setattr(run_all.importlib.metadata, "version", lambda name: "65.5.0")
+    assert run_all.unmet_needs() == ["psutil", "wheel"]
+    monkeypatch.setattr(run_all.importlib.metadata, "version", lambda name: "70.1.0")  # bdist_wheel built in
+    assert run_all.unmet_needs() == ["psutil"]
+    monkeypatch.setattr(run_all, "install_wheel", lambda tmp: pytest.fail("ran with psutil missing"))
+    monkeypatch.setattr(sys, "argv", ["run_all.py", "--sections", "1m"])
+    with pytest.raises(SystemExit) as stop:
+        run_all.main()
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and err.count("\n") == 1 and "pip install psutil" in err
