@@ -132,3 +132,12 @@ def test_what_the_interpreter_lacks_is_one_line_before_anything_runs(monkeypatch
         run_all.main()
     err = capsys.readouterr().err
     assert stop.value.code == 2 and err.count("\n") == 1 and "pip install psutil" in err
+
+
+def test_the_price_of_fresh_memory_is_measured_and_said_beside_the_machine():
+    rate = paired.fresh_memory_rate(megabytes=8, rounds=1, settle_s=0)
+    assert 0.001 < rate < 1000  # GB/s: a first write to 2,048 fresh pages, timed
+    assert run_all._fresh_memory([0.912, 2.004]) == [
+        "- Fresh memory (256 MiB untouched for 3 s, then written a byte a page): 0.91 GB/s at the start, "
+        "2.00 GB/s at the end"]
+    assert run_all._fresh_memory([]) == []  # results from before it was measured
