@@ -271,7 +271,10 @@ def perfdoctor(*args: str, bin_dir: Path) -> list[str]:
     return [str(bin_dir / "perfdoctor"), *args]
 
 
-def fresh_memory_rate(megabytes: int = 256, rounds: int = 3, settle_s: float = 3.0) -> float:
+FRESH_MEGABYTES, FRESH_SETTLE_S = 256, 3.0  # fresh_memory_rate's probe: its size and the quiet before it
+
+
+def fresh_memory_rate(megabytes: int = FRESH_MEGABYTES, rounds: int = 3, settle_s: float = FRESH_SETTLE_S) -> float:
     """GB/s at which a process gets memory nobody has touched lately (module docstring): a fresh anonymous
     mapping of ``megabytes`` written one byte a page, after ``settle_s`` seconds of quiet (a guest's free
     pages go back to its host about 2 s after they are freed), the median of ``rounds``. On our 2-core CI

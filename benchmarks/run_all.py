@@ -61,6 +61,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from paired import (  # noqa: E402
     CHILD_TIMEOUT_S,
+    FRESH_MEGABYTES,
+    FRESH_SETTLE_S,
     ROOT,
     Sample,
     difference,
@@ -403,7 +405,7 @@ def main() -> None:
                   flush=True)
     results["elapsed_s"] = time.time() - started
     results["load_at_end"] = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
-    results["fresh_memory_gbps"] = [results["fresh_memory_gbps"][0], fresh_memory_rate()]
+    results["fresh_memory_gbps"].append(fresh_memory_rate())
     text = render(results)
     print("\n".join(summary(results)))
     if out is not None:
@@ -593,8 +595,9 @@ def _fresh_memory(rates: list[float]) -> list[str]:
     end; none for results from before it was measured."""
     if not rates:
         return []
-    said = [f"{rates[0]:.2f} GB/s at the start", *(f"{rate:.2f} GB/s at the end" for rate in rates[1:2])]
-    return [f"- Fresh memory (256 MiB untouched for 3 s, then written a byte a page): {', '.join(said)}"]
+    said = ", ".join(f"{rate:.2f} GB/s at the {when}" for rate, when in zip(rates, ("start", "end")))
+    return [f"- Fresh memory ({FRESH_MEGABYTES} MiB untouched for {FRESH_SETTLE_S:g} s, then written a byte a page): "
+            f"{said}"]
 
 
 def render(r: dict) -> str:
@@ -607,10 +610,9 @@ def render(r: dict) -> str:
         "options). Every row is perfdoctor and its limit measured in the same run, alternating (ABBA…); times are",
         "medians, **ratios are medians of the per-round ratios** (the machine is shared, so absolute times drift;",
         "paired ratios much less). Each contender is its own process of the installed wheel: wall time and peak",
-        "RSS include start-up. What pairing does not cancel is the price of fresh memory, which the CLI pays",
-        "(~1.3 GiB of fresh pages at 10M kernels) and the C scan hardly does (~10 MiB): on a virtual machine",
-        "whose host takes back free pages it depends on how fast the host backs memory at the time, and so may",
-        "the CLI's ratios (benchmarks/paired.py `fresh_memory_rate`, measured below at the run's start and end).",
+        "RSS include start-up. What pairing does not cancel is a price only the CLI pays: fresh memory, slow on",
+        "a virtual machine whose host takes back free pages (benchmarks/paired.py says why; its rate at the run's",
+        "start and end is below the machine).",
         "",
         f"- Machine: {r['machine']}",
         *_fresh_memory(r.get("fresh_memory_gbps", [])),
