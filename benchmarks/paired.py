@@ -278,7 +278,20 @@ def fresh_memory_rate(megabytes: int = FRESH_MEGABYTES, rounds: int = 3, settle_
     """GB/s at which a process gets memory nobody has touched lately (module docstring): a fresh anonymous
     mapping of ``megabytes`` written one byte a page, after ``settle_s`` seconds of quiet (a guest's free
     pages go back to its host about 2 s after they are freed), the median of ``rounds``. On our 2-core CI
-    machine: 0.9 GB/s settled against 2.0 GB/s with no pause, in the same minute."""
+    machine: 0.9 GB/s settled against 2.0 GB/s with no pause, in the same minute.
+
+    Measured in a child process: written here, the probe's pages would raise this process's peak RSS, which
+    every child it starts later reports as its own (:func:`run`; the probe made a 53 MB start-up read 291 MB)."""
+    here = str(Path(__file__).resolve().parent)
+    code = (f"import sys; sys.path.insert(0, {here!r}); import paired; "
+            f"print(paired.fresh_memory_rate_here({megabytes}, {rounds}, {settle_s}))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         timeout=CHILD_TIMEOUT_S)
+    return float(out.stdout)
+
+
+def fresh_memory_rate_here(megabytes: int, rounds: int, settle_s: float) -> float:
+    """:func:`fresh_memory_rate` measured in this process."""
     size, page = megabytes << 20, mmap.PAGESIZE
     rates = []
     for _ in range(rounds):

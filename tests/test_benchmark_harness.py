@@ -134,7 +134,9 @@ def test_what_the_interpreter_lacks_is_one_line_before_anything_runs(monkeypatch
     assert stop.value.code == 2 and err.count("\n") == 1 and "pip install psutil" in err
 
 
-def test_the_price_of_fresh_memory_is_measured_and_said_beside_the_machine():
+def test_the_price_of_fresh_memory_is_measured_and_said_beside_the_machine(monkeypatch):
+    # in a child: mapped and written here, the probe's pages would be the peak RSS every later child reports
+    monkeypatch.setattr(paired.mmap, "mmap", lambda *a: pytest.fail("the probe ran in the measuring process"))
     rate = paired.fresh_memory_rate(megabytes=8, rounds=1, settle_s=0)
     assert 0.001 < rate < 1000  # GB/s: a first write to 2,048 fresh pages, timed
     assert run_all._fresh_memory([0.912, 2.004]) == [
