@@ -531,6 +531,8 @@ def _main(interrupts: ModuleType) -> None:
     except click.ClickException as exc:  # usage errors carry their own exit code
         _fail(f"{exc.format_message()} (see `perfdoctor --help`)", exc.exit_code)
     except Exception as exc:
+        if interrupts.received():  # Ctrl-C inside an import becomes that import's error (numpy: ImportError)
+            _fail("interrupted", 130)
         if os.environ.get("PERFDOCTOR_DEBUG"):
             raise
         _fail(f"internal error: {type(exc).__name__}: {exc} (set PERFDOCTOR_DEBUG=1 for a traceback)", 3)

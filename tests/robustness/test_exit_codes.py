@@ -95,6 +95,33 @@ def test_ctrl_c_inside_a_finaliser_still_exits_130():
     assert proc.stderr.strip().splitlines()[-1] == "perfdoctor: interrupted"
 
 
+IMPORT_CTRL_C = """
+import os, signal, sys
+sys.argv = ["perfdoctor", "analyze", sys.argv[1], "--format", "json"]
+
+class Interrupted:  # Ctrl-C while numpy's C extension loads: numpy re-raises it as an ImportError
+    def find_spec(self, name, path=None, target=None):
+        if name == "perfdoctor.api":
+            try:
+                os.kill(os.getpid(), signal.SIGINT)
+                for _ in range(100_000):  # the handler runs here
+                    pass
+            except KeyboardInterrupt:
+                raise ImportError("numpy._core.umath failed to import") from None
+
+sys.meta_path.insert(0, Interrupted())
+from perfdoctor.cli import main
+main()
+"""
+
+
+def test_ctrl_c_that_an_import_turns_into_its_error_still_exits_130():
+    proc = subprocess.run([sys.executable, "-c", IMPORT_CTRL_C, REAL_H100], cwd=REPO, capture_output=True,
+                          text=True, timeout=60, preexec_fn=_limits)
+    assert proc.returncode == 130, (proc.returncode, proc.stderr)
+    assert proc.stderr.strip() == "perfdoctor: interrupted"
+
+
 def _trace_for_ctrl_c() -> Path:
     return REAL_H100
 
