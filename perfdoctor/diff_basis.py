@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
+from perfdoctor.quantiles import median
 
 MARKED = ("nvtx-step", "profiler-step")
 WHOLE_ITERATIONS = (*MARKED, "periodic")
@@ -118,8 +118,8 @@ def work_units(base: dict[str, Any], head: dict[str, Any]) -> dict[str, float | 
         per_rank = [(u, span) for u, span in per_rank if u > 0]
         if not per_rank:
             return {"shared": shared}
-        sides[f"{label}_units"] = float(np.median([u for u, _ in per_rank]))
-        sides[f"{label}_unit_ms"] = float(np.median([span / u for u, span in per_rank]))
+        sides[f"{label}_units"] = float(median([u for u, _ in per_rank]))
+        sides[f"{label}_unit_ms"] = float(median([span / u for u, span in per_rank]))
     return {**sides, "shared": shared}
 
 

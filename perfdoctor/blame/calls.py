@@ -19,6 +19,7 @@ import numpy as np
 
 from perfdoctor.measure import intervals as iv
 from perfdoctor.model import Timeline
+from perfdoctor.quantiles import median
 from perfdoctor.table import distinct
 
 SLICE = 1 << 20  # calls per slice when the medians are computed
@@ -44,7 +45,7 @@ class WindowCalls:
         """Per thread, the median interval between the starts of its merged calls (None: fewer than two);
         computed once, when first asked."""
         if self._whole is not None:
-            return {t: float(np.median(np.diff(c[0]))) if c[0].size > 1 else None for t, c in self._whole.items()}
+            return {t: float(median(np.diff(c[0]))) if c[0].size > 1 else None for t, c in self._whole.items()}
         out: dict[int, float | None] = {}
         for thread in self.threads:
             gaps, reach, last = [], np.iinfo(np.int64).min, None
@@ -70,7 +71,7 @@ class WindowCalls:
                     gaps.append(np.diff(starts))
                     last = int(starts[-1])
             joined = np.concatenate(gaps) if gaps else np.zeros(0, dtype=np.int64)
-            out[int(thread)] = float(np.median(joined, overwrite_input=True)) if joined.size else None
+            out[int(thread)] = float(median(joined, overwrite_input=True)) if joined.size else None
         return out
 
     def window(self, lo: int, hi: int) -> dict[int, iv.Intervals]:

@@ -25,6 +25,7 @@ from perfdoctor.measure import intervals as iv
 from perfdoctor.measure.host import DATA_RANGE, OPTIMIZER_RANGE, host_pauses
 from perfdoctor.measure.kernel_mix import UNFUSED_KINDS
 from perfdoctor.model import Timeline
+from perfdoctor.quantiles import median
 from perfdoctor.table import distinct
 
 COMPUTE = ("gemm", "attention", "norm", "elementwise", "optimizer", "other")
@@ -91,7 +92,7 @@ class HostRanges:
         interval between calls); asked only where the process has two threads that call CUDA."""
         if self._quiet is None:
             medians = (self._window_calls.medians if self._window_calls is not None else
-                       {tid: float(np.median(np.diff(c[0]))) if c[0].size > 1 else None
+                       {tid: float(median(np.diff(c[0]))) if c[0].size > 1 else None
                         for tid, c in self.calls.items()})
             self._quiet = {tid: max(QUIET_MIN_NS, QUIET_FACTOR * m) if m is not None else QUIET_MIN_NS
                            for tid, m in medians.items()}

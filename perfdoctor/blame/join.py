@@ -28,6 +28,7 @@ from perfdoctor.blame.path import RankPath
 from perfdoctor.classify.groups import GROUPS
 from perfdoctor.measure.collectives import Collectives
 from perfdoctor.measure.peers import CAUSE_PARTS, arrival_context
+from perfdoctor.quantiles import median
 from perfdoctor.width import widened
 
 NS_PER_MS = 1e6
@@ -169,7 +170,7 @@ def across(per_rank: dict[str, dict[str, Any]]) -> dict[str, Any]:
     out = {}
     for key in BLOCKING_KEYS:
         values = [m[key] for m in per_rank.values() if m.get(key) is not None]
-        out[key] = float(np.median(values)) if values else None
+        out[key] = float(median(values)) if values else None
     return out
 
 
@@ -180,7 +181,7 @@ def late_blocking(per_rank: dict[str, dict[str, Any]], slowest: int | None) -> f
         return None
     values = [m["blocking.wait_rank_ms"] for r, m in per_rank.items()
               if r != str(slowest) and m.get("blocking.wait_rank_ms") is not None]
-    return float(np.median(values)) if values else None
+    return float(median(values)) if values else None
 
 
 def _waits(rank: int, cols: Mapping[int, Collectives], instances: dict[int, dict[str, np.ndarray]]
@@ -219,7 +220,7 @@ def _metrics(by_cause: np.ndarray, rp: RankPath) -> dict[str, Any]:
     middle = np.argsort(rp.durations, kind="stable")[(n - 1) // 2: n // 2 + 1]
     row = by_cause[middle].mean(axis=0)
     out: dict[str, Any] = {metric_key(c): round(float(row[j]) / NS_PER_MS, 6) for j, c in enumerate(CAUSES)}
-    out["blocking.residual_ms"] = round((float(np.median(rp.durations)) - float(row.sum())) / NS_PER_MS, 6)
+    out["blocking.residual_ms"] = round((float(median(rp.durations)) - float(row.sum())) / NS_PER_MS, 6)
     focus = rp.focus[middle].mean(axis=0) if rp.focus.shape[0] == n else np.zeros(len(FOCUS))
     out |= {f"blocking.{f}_ms": round(float(focus[j]) / NS_PER_MS, 6) for j, f in enumerate(FOCUS)}
     return out

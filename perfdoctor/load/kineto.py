@@ -49,7 +49,7 @@ import numpy as np
 
 from perfdoctor.errors import InputError
 from perfdoctor.model import GpuInfo, Timeline, TraceInfo
-from perfdoctor.table import Strings, Table, repeated
+from perfdoctor.table import Strings, Table, distinct, repeated
 from perfdoctor.width import code_type
 
 FORMAT = "kineto-json"
@@ -627,8 +627,8 @@ def _build(c: _Collector, meta: dict[str, Any]) -> tuple[TraceInfo, list[Timelin
     if isinstance(groups, dict):
         info.capture_groups = {str(k): v for k, v in groups.items() if isinstance(v, str)}
     thread_names = {gpid | (tid & ID_MASK): name for (pid, tid), name in c.thread_names.items() if pid == host_pid}
-    devices = sorted(set(np.unique(kernels["device_id"]).tolist()) | set(np.unique(memcpy["device_id"]).tolist())
-                     | set(np.unique(memset["device_id"]).tolist()))
+    devices = sorted(set(distinct(kernels["device_id"]).tolist()) | set(distinct(memcpy["device_id"]).tolist())
+                     | set(distinct(memset["device_id"]).tolist()))
     timelines = []
     for dev in devices:
         timelines.append(Timeline(

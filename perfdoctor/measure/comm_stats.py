@@ -21,6 +21,7 @@ import numpy as np
 from perfdoctor.classify.groups import GROUPS, GroupLabels
 from perfdoctor.classify.timeline import class_codes, name_pairs
 from perfdoctor.measure.steps import Steps
+from perfdoctor.quantiles import median
 from perfdoctor.table import Table, distinct, factorize
 
 REDUCTIONS = ("all_reduce", "reduce_scatter", "reduce")
@@ -86,8 +87,8 @@ def comm_stats(kernels: Table, kcls: Table, groups: GroupLabels,
         counts = np.bincount(collective[mine], minlength=len(colls))
         typed = mine[is_reduction[mine] & (dtype[mine] >= 0)]
         ms = np.bincount(dtype[typed], weights=dur_ms[typed], minlength=len(dtype_names))
-        out[g] = GroupCommStats(float(np.median(per_step)) if per_step.size else 0.0,
-                                float(np.median(dur_ms[mine])) * 1e3,
+        out[g] = GroupCommStats(float(median(per_step)) if per_step.size else 0.0,
+                                float(median(dur_ms[mine])) * 1e3,
                                 dict(sorted((str(colls[c]), int(counts[c])) for c in np.flatnonzero(counts))),
                                 dict(sorted((str(dtype_names[d]), float(ms[d])) for d in distinct(dtype[typed]))))
     return out

@@ -22,6 +22,7 @@ from perfdoctor.measure import intervals as iv
 from perfdoctor.measure.kernel_mix import FAMILIES, UNFUSED_KINDS
 from perfdoctor.measure.steps import Steps
 from perfdoctor.model import Timeline
+from perfdoctor.quantiles import median
 from perfdoctor.table import Table
 
 GRAPH_LAUNCH = "cudaGraphLaunch"
@@ -41,7 +42,7 @@ def graph_metrics(tl: Timeline, steps: Steps) -> dict[str, Any]:
     launch_rows = _graph_launches(tl.api["name"]) if len(tl.api) else np.zeros(0, dtype=bool)
     launches = np.sort(tl.api.col("start")[launch_rows]) if len(tl.api) else np.zeros(0, dtype=np.int64)
     per_step = np.searchsorted(launches, steps.ends) - np.searchsorted(launches, steps.starts)
-    out: dict[str, Any] = {"graphs.launches_per_step": float(np.median(per_step))}
+    out: dict[str, Any] = {"graphs.launches_per_step": float(median(per_step))}
     k = tl.kernels
     whole = replay_mask(k)
     s0, s1 = _node_replays(k, tl.api.col("correlation_id")[launch_rows] if len(tl.api) else launches, ~whole)

@@ -39,6 +39,7 @@ from perfdoctor.measure import intervals as iv
 from perfdoctor.measure.steps import Steps, step_at
 from perfdoctor.memo import per_object
 from perfdoctor.model import Timeline
+from perfdoctor.quantiles import median
 from perfdoctor.table import Table, distinct, factorize, starts_in_order
 
 CAUSES = ("launch_bound", "sync", "gc", "data", "optimizer", "outside_ops", "other")
@@ -288,7 +289,7 @@ def host_pauses(tl: Timeline) -> iv.Intervals:
         return iv.EMPTY
     gap_s, gap_e = e[:-1], s[1:]
     length = gap_e - gap_s
-    long = length > PAUSE_FACTOR * float(np.median(length))
+    long = length > PAUSE_FACTOR * float(median(length))
     return gap_s[long], gap_e[long]
 
 
@@ -595,7 +596,7 @@ def _launch_stats(tl: Timeline) -> LaunchStats:
         hi = min(lo + WINDOW_OPS, n - 1)
         took = duration[lo:hi] if duration is not None else k_end[lo:hi] - k_start[lo:hi]
         np.less(took, start[lo + 1:hi + 1] - start[lo:hi], out=shorter[lo:hi])
-    kernel_us = float(np.median(k_end - k_start if duration is None else duration, overwrite_input=True)) / 1e3
+    kernel_us = float(median(k_end - k_start if duration is None else duration, overwrite_input=True)) / 1e3
     del duration, k_start, k_end
     if not same_thread.all():
         shorter = shorter[same_thread]
@@ -605,11 +606,11 @@ def _launch_stats(tl: Timeline) -> LaunchStats:
     if not same_thread.all():
         interval = interval[same_thread]
     del same_thread
-    interval_us = float(np.median(interval, overwrite_input=True)) / 1e3
+    interval_us = float(median(interval, overwrite_input=True)) / 1e3
     del interval
     took = end - start if first is None else end[first]
     if first is not None:
         del first
         took -= start
-    call_us = float(np.median(took, overwrite_input=True)) / 1e3
+    call_us = float(median(took, overwrite_input=True)) / 1e3
     return LaunchStats(kernel_us, call_us, interval_us, float(shorter.mean()))

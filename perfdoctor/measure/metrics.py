@@ -26,6 +26,7 @@ from perfdoctor.measure.ranks import RANK_METRIC_KEYS
 from perfdoctor.measure.steps import Steps
 from perfdoctor.measure.tp_overlap import serialized_overlap
 from perfdoctor.model import Timeline
+from perfdoctor.quantiles import median, percentile
 from perfdoctor.table import Table
 
 METRIC_KEYS: tuple[str, ...] = (
@@ -107,8 +108,8 @@ def timeline_metrics(tl: Timeline, kcls: Table, steps: Steps, groups: GroupLabel
     if not len(steps):
         return out, evidence
     durations = steps.durations.astype(np.float64)
-    out["step.time_ms"] = float(np.median(durations)) / NS_PER_MS
-    out["step.time_p90_ms"] = float(np.percentile(durations, 90)) / NS_PER_MS
+    out["step.time_ms"] = float(median(durations)) / NS_PER_MS
+    out["step.time_p90_ms"] = float(percentile(durations, 90)) / NS_PER_MS
     if tl.device_id is None:
         return out, evidence  # CPU-only capture: nothing ran on a GPU
 
@@ -214,10 +215,10 @@ def across_ranks(per_rank: dict[str, dict[str, Any]]) -> dict[str, Any]:
     merged: dict[str, Any] = {}
     for key in METRIC_KEYS:
         values = [m[key] for m in per_rank.values() if m.get(key) is not None]
-        merged[key] = float(np.median(values)) if values else None
+        merged[key] = float(median(values)) if values else None
     return merged
 
 
 def _median(values: np.ndarray) -> float | None:
     values = values[~np.isnan(values)]
-    return float(np.median(values)) if values.size else None
+    return float(median(values)) if values.size else None

@@ -28,6 +28,7 @@ from perfdoctor.measure import grouped
 from perfdoctor.measure import intervals as iv
 from perfdoctor.measure.collectives import Collectives
 from perfdoctor.measure.host import CAUSES
+from perfdoctor.quantiles import median
 from perfdoctor.table import distinct
 
 NS_PER_MS = 1e6
@@ -162,7 +163,7 @@ def _instances(cols: Mapping[int, Collectives], config: dict[str, Any],
     group, comm, stream, seq, start, end = (list(column) for column in zip(*parts))
     del parts
     # Communicators as codes in the order of their ids (few per rank: no sort of every instance's id).
-    comm_ids = distinct(np.concatenate([np.unique(c) for c in comm]))
+    comm_ids = distinct(np.concatenate([distinct(c) for c in comm]))
     frame = {"rank": np.repeat(np.array(ranks, dtype=np.int64), [len(g) for g in group]),
              "g": np.concatenate(group), "c": np.concatenate([np.searchsorted(comm_ids, c) for c in comm]),
              "stream": np.concatenate(stream), "seq": np.concatenate(seq), "start": np.concatenate(start),
@@ -235,7 +236,7 @@ def _align(matched: dict[str, np.ndarray], instances: grouped.Groups,
             offsets[r] += int(round(d))
     shifted = end + _of_rank(offsets, matched["rank"])
     target = instances.median(shifted)[instances.codes]
-    return offsets, float(np.median(np.abs(shifted - target)))
+    return offsets, float(median(np.abs(shifted - target)))
 
 
 def _wait_share(c: Collectives, group: str, i: np.ndarray, wait: np.ndarray) -> float:
@@ -261,9 +262,9 @@ def _late_per_rank(done: dict[str, np.ndarray], cols: Mapping[int, Collectives])
     the members that waited)."""
     others = np.flatnonzero(done["rank"] != done["late"])
     by_instance = grouped.groups(done["instance"][others])
-    median = by_instance.median(done["wait"][others])
+    middle = by_instance.median(done["wait"][others])
     # Per row, the median wait of its instance's waiting members (0 for an instance where none waited).
-    waited = np.append(median, 0.0)[_find(by_instance.first(done["instance"][others]), done["instance"])]
+    waited = np.append(middle, 0.0)[_find(by_instance.first(done["instance"][others]), done["instance"])]
     own = np.flatnonzero(done["rank"] == done["late"])
     by_rank = grouped.groups(done["rank"][own])
     rows = dict(zip(by_rank.first(done["rank"][own]).tolist(), range(by_rank.n)))
@@ -274,7 +275,7 @@ def _late_per_rank(done: dict[str, np.ndarray], cols: Mapping[int, Collectives])
             continue
         mine = own[by_rank.rows(rows[rank])] if rank in rows else own[:0]
         per_step = np.bincount(_step_of(c, c.start[done["i"][mine]]), weights=waited[mine], minlength=n)
-        out[rank] = float(np.median(per_step)) / NS_PER_MS
+        out[rank] = float(median(per_step)) / NS_PER_MS
     return out
 
 
@@ -314,13 +315,13 @@ def _straggler(done: dict[str, np.ndarray], cols: Mapping[int, Collectives],
         context[rows] = arrival_context(cols[r], done["i"][late_rows[rows]])
     by_instance = grouped.groups(done["instance"][late_rows])
     instances = by_instance.first(done["instance"][late_rows])
-    median = np.column_stack([by_instance.median(context[:, k]) for k in range(len(CAUSE_PARTS))])
+    middle = np.column_stack([by_instance.median(context[:, k]) for k in range(len(CAUSE_PARTS))])
     first = by_instance.min(done["a_start"][late_rows])
     own = np.flatnonzero(done["rank"] == rank)
     pos = _find(instances, done["instance"][own])  # its own rows of the instances where others waited
     own, pos = own[pos >= 0], pos[pos >= 0]
     i = done["i"][own]
-    excess = (arrival_context(c, i) - median[pos]).sum(axis=0)
+    excess = (arrival_context(c, i) - middle[pos]).sum(axis=0)
     # What its CPU did while the others waited (first arrival → its own), on its own clock.
     shift = done["a_start"][own] - c.start[i]
     calls: dict[str, float] = {}

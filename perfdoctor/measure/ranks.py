@@ -19,6 +19,7 @@ import numpy as np
 from perfdoctor.load.labels import rank_mark
 from perfdoctor.measure.peers import PeerWaits
 from perfdoctor.model import DeviceSummary, Run, Timeline, TimelineInfo
+from perfdoctor.quantiles import median
 
 RANK_METRIC_KEYS = ("ranks.step_time_spread_fraction", "ranks.compute_spread_fraction", "ranks.slowest",
                     "pipeline.stage_imbalance_fraction", "pipeline.critical_stage", "ranks.late_ms",
@@ -78,7 +79,7 @@ def rank_metrics(per_rank: dict[str, dict[str, Any]], stages: dict[str, int | No
     steps = {r: m["step.time_ms"] for r, m in per_rank.items() if m.get("step.time_ms")}
     if len(steps) >= 2:
         values = np.array(list(steps.values()))
-        out["ranks.step_time_spread_fraction"] = float((values.max() - values.min()) / np.median(values))
+        out["ranks.step_time_spread_fraction"] = float((values.max() - values.min()) / median(values))
     compute = {r: m["compute.time_ms"] for r, m in per_rank.items() if m.get("compute.time_ms") is not None}
     by_stage: dict[int, dict[str, float]] = {}
     for r, ms in compute.items():
@@ -88,14 +89,14 @@ def rank_metrics(per_rank: dict[str, dict[str, Any]], stages: dict[str, int | No
     for members in by_stage.values():
         if len(members) < 2:
             continue
-        med = float(np.median(list(members.values())))
+        med = float(median(list(members.values())))
         r, top = max(members.items(), key=lambda kv: kv[1])
         if med > 0 and (worst is None or (top - med) / med > worst[0]):
             worst = ((top - med) / med, r)
     if worst is not None:
         out["ranks.compute_spread_fraction"], out["ranks.slowest"] = worst[0], int(worst[1])
     if len(by_stage) >= 2:
-        per_stage = np.array([np.median(list(m.values())) for m in by_stage.values()])
+        per_stage = np.array([median(list(m.values())) for m in by_stage.values()])
         if per_stage.max() > 0:
             out["pipeline.stage_imbalance_fraction"] = float((per_stage.max() - per_stage.min()) / per_stage.max())
             # the stage with the most compute per step bounds the step: every other stage waits for it
@@ -149,7 +150,7 @@ def excess_kernels(rank: DeviceSummary, others: list[DeviceSummary]) -> list[dic
         return {k["name"]: k["ns"] / steps / 1e6 for k in d.top_kernels}
 
     mine, theirs = per_step(rank), [per_step(d) for d in others]
-    excess = {name: ms - float(np.median([t.get(name, 0.0) for t in theirs])) for name, ms in mine.items()} \
+    excess = {name: ms - float(median([t.get(name, 0.0) for t in theirs])) for name, ms in mine.items()} \
         if theirs else {}
     top = sorted(((ms, name) for name, ms in excess.items() if ms > 0), reverse=True)[:TOP_EXCESS_KERNELS]
     return [{"name": name, "excess_ms_per_step": round(ms, 3)} for ms, name in top]

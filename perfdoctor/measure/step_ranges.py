@@ -27,6 +27,7 @@ import numpy as np
 from perfdoctor.classify.projection import call_columns
 from perfdoctor.load.labels import DOMAIN, any_message, message_codes
 from perfdoctor.model import Timeline
+from perfdoctor.quantiles import median
 from perfdoctor.table import Table
 
 # Framework ranges that span one iteration: Megatron-Bridge (nvtx_range_push(suffix=f"training_step_{step}"),
@@ -133,7 +134,7 @@ def _repeating(start: np.ndarray, end: np.ndarray, name: np.ndarray, not_iter: n
         last_end = end[iterating & (start >= s[-1])].max()
         e = np.append(s[1:], last_end)
         period = np.diff(s) if s.size > 2 else e - s
-        med = np.median(period)
+        med = median(period)
         if med <= 0 or period.max() > PERIOD_SPREAD * med or period.min() < med / PERIOD_SPREAD:
             continue
         if level_work > 0 and work(s, e).sum() < MIN_WORK_SHARE * level_work:

@@ -25,6 +25,7 @@ from perfdoctor.classify.timeline import category_mask
 from perfdoctor.load.labels import labelled, matching
 from perfdoctor.measure.step_ranges import RangeSteps, framework_steps, repeating_steps
 from perfdoctor.model import Timeline
+from perfdoctor.quantiles import median
 from perfdoctor.table import Table
 
 PROFILER_STEP = re.compile(r"^ProfilerStep#\d+$")
@@ -128,10 +129,10 @@ def burst_breaks(gaps: np.ndarray, between: np.ndarray, total: int) -> np.ndarra
             break
         cut = np.sqrt((order[j] + 1.0) * (order[j + 1] + 1.0))
         upper = gaps > cut
-        if between[upper].min() >= MIN_STEP_KERNEL_SHARE * np.median(between[upper]) \
+        if between[upper].min() >= MIN_STEP_KERNEL_SHARE * median(between[upper]) \
                 and between[~upper].max(initial=0) < between[upper].min():
             return upper
-    if between.min() >= MIN_STEP_KERNEL_SHARE * np.median(between) and between.sum() >= MIN_STEPS_SHARE * total:
+    if between.min() >= MIN_STEP_KERNEL_SHARE * median(between) and between.sum() >= MIN_STEPS_SHARE * total:
         return np.ones(gaps.size, dtype=bool)
     return np.zeros(gaps.size, dtype=bool)
 

@@ -15,9 +15,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict
 from typing import Any
 
-import numpy as np
-
 from perfdoctor.model import Report
+from perfdoctor.quantiles import median
 from perfdoctor.tuning_env import tuning_env
 
 SCHEMA_VERSION = "1"
@@ -86,7 +85,7 @@ def _report_items(report: Report) -> Iterator[tuple[str, Any]]:
 def excluded_ms(report: Report) -> float:
     """Median over devices of the device time before the first step (init, warm-up), ms."""
     values = [d.excluded_ns for d in report.devices if d.window]
-    return round(float(np.median(values)) / 1e6, 3) if values else 0.0
+    return round(float(median(values)) / 1e6, 3) if values else 0.0
 
 
 def render_json(report: Report) -> str:
