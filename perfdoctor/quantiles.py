@@ -44,7 +44,7 @@ def percentile(values: Any, q: float) -> Any:
     virtual = (n - 1) * (q / 100)  # numpy: (n - 1) * quantile, in float64
     below = -1 if virtual >= n - 1 else math.floor(virtual)  # past the last: the last, as index -1
     above = -1 if below == -1 else below + 1
-    part = np.partition(a, sorted({0, n - 1, below % n, above % n}))
+    part = np.partition(a, sorted({below % n, above % n, n - 1}))  # the two nearest, and the last for NaN
     if np.isnan(part[-1]):
         return part[-1]
     lo, hi = float(part[below]), float(part[above])
