@@ -20,6 +20,7 @@ measured 1.87× the scan in one full run and 2.00–2.15× in later ones, while 
 
 from __future__ import annotations
 
+import math
 import mmap
 import os
 import platform
@@ -263,6 +264,29 @@ def ratio_to_work(a: Sample, b: Sample) -> float:
 def difference(a: Sample, b: Sample) -> float:
     """Median of the per-round differences a - b in seconds."""
     return statistics.median(x - y for x, y in zip(a.wall_s, b.wall_s))
+
+
+def difference_interval(a: Sample, b: Sample, level: float = 0.95) -> tuple[float, float] | None:
+    """A ``level`` confidence interval for the median of the per-round differences a - b: the order
+    statistics k and n + 1 − k of the n differences, k the largest with P(Binomial(n, ½) < k) ≤ (1 − level)/2
+    (distribution-free: it assumes only that rounds are independent). A difference is read against an
+    absolute limit, and a machine whose speed drifts between minutes moves both sides of a pair but not
+    their difference's size: the interval says how far the median itself could have landed. None when
+    there are too few rounds for that level (fewer than 6 at 95 %)."""
+    d = sorted(x - y for x, y in zip(a.wall_s, b.wall_s))
+    k = median_rank(len(d), level)
+    return None if k is None else (d[k - 1], d[len(d) - k])
+
+
+def median_rank(n: int, level: float) -> int | None:
+    """The largest k ≥ 1 with 2 · P(Binomial(n, ½) ≤ k − 1) ≤ 1 − level (see :func:`difference_interval`)."""
+    k, tail = None, 0.0
+    for i in range(n // 2 + 1):
+        tail += math.comb(n, i) / 2**n  # P(Binomial ≤ i)
+        if 2 * tail > 1 - level:
+            break
+        k = i + 1
+    return k
 
 
 def perfdoctor(*args: str, bin_dir: Path) -> list[str]:

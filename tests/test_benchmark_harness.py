@@ -143,3 +143,33 @@ def test_the_price_of_fresh_memory_is_measured_and_said_beside_the_machine(monke
         "- Fresh memory (256 MiB untouched for 3 s, then written a byte a page): 0.91 GB/s at the start, "
         "2.00 GB/s at the end"]
     assert run_all._fresh_memory([]) == []  # results from before it was measured
+
+
+def test_median_rank_is_the_widest_order_statistic_with_the_coverage_asked() -> None:
+    """The interval [d_k, d_(n+1-k)] misses the median when at most k-1 differences fall below it or above
+    it: checked against the binomial tail summed independently (fractions, no floating point)."""
+    from fractions import Fraction
+    from math import comb
+
+    def misses(n: int, k: int) -> Fraction:  # P(the interval of rank k misses the median)
+        return 2 * sum(Fraction(comb(n, i), 2**n) for i in range(k))
+
+    for n in range(1, 80):
+        k = paired.median_rank(n, 0.95)
+        if k is None:
+            assert misses(n, 1) > Fraction(5, 100), n
+        else:
+            assert misses(n, k) <= Fraction(5, 100) < misses(n, k + 1), n
+    assert paired.median_rank(21, 0.95) == 6  # 2 · P(Binomial(21, ½) ≤ 5) = 0.027; ≤ 6: 0.078
+
+
+def test_difference_interval_brackets_the_median_difference() -> None:
+    a, b = paired.Sample(["a"]), paired.Sample(["b"])
+    a.wall_s = [1.0 + 0.01 * i for i in range(31)]
+    b.wall_s = [0.5 + 0.02 * ((7 * i) % 31) / 31 for i in range(31)]
+    d = sorted(x - y for x, y in zip(a.wall_s, b.wall_s))
+    low, high = paired.difference_interval(a, b)
+    assert (low, high) == (d[9], d[21])  # k = 10 for 31 rounds
+    assert low <= paired.difference(a, b) <= high
+    a.wall_s, b.wall_s = a.wall_s[:5], b.wall_s[:5]
+    assert paired.difference_interval(a, b) is None  # 5 rounds cannot give 95 %
