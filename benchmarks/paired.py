@@ -261,19 +261,24 @@ def ratio_to_work(a: Sample, b: Sample) -> float:
     return statistics.median(x / y for x, y in zip(a.wall_s, b.work_s))
 
 
+def _differences(a: Sample, b: Sample) -> list[float]:
+    """The per-round wall-time differences a - b in seconds, sorted."""
+    return sorted(x - y for x, y in zip(a.wall_s, b.wall_s))
+
+
 def difference(a: Sample, b: Sample) -> float:
     """Median of the per-round differences a - b in seconds."""
-    return statistics.median(x - y for x, y in zip(a.wall_s, b.wall_s))
+    return statistics.median(_differences(a, b))
 
 
 def difference_interval(a: Sample, b: Sample, level: float = 0.95) -> tuple[float, float] | None:
     """A ``level`` confidence interval for the median of the per-round differences a - b: the order
     statistics k and n + 1 − k of the n differences, k the largest with P(Binomial(n, ½) < k) ≤ (1 − level)/2
     (distribution-free: it assumes only that rounds are independent). A difference is read against an
-    absolute limit, and a machine whose speed drifts between minutes moves both sides of a pair but not
-    their difference's size: the interval says how far the median itself could have landed. None when
-    there are too few rounds for that level (fewer than 6 at 95 %)."""
-    d = sorted(x - y for x, y in zip(a.wall_s, b.wall_s))
+    absolute limit, and unlike a ratio it grows and shrinks with the machine's speed: the interval says how
+    far the median itself could have landed within the run (not how a slower minute would move it). None
+    when there are too few rounds for that level (fewer than 6 at 95 %)."""
+    d = _differences(a, b)
     k = median_rank(len(d), level)
     return None if k is None else (d[k - 1], d[len(d) - k])
 
